@@ -1,0 +1,328 @@
+"""Typed run configuration: dataclasses merged with YAML files and dotted CLI overrides.
+
+Composition order (later wins)::
+
+    configs/base/default.yaml -> configs/scales/<scale>.yaml -> the YAML given on the command line
+    (which may list more files under ``defaults:``, e.g. a method) -> ``dotted.key=value`` overrides
+
+Every key must exist in the dataclasses below: an unknown key or a value of the wrong type is a
+``ConfigError`` that names the key and lists the valid ones. Defaults live here and only here.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Sequence
+
+import yaml
+from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+CONFIG_ROOT = REPO_ROOT / "configs"
+
+
+class ConfigError(ValueError):
+    """A config file or override that does not fit the schema."""
+
+
+@dataclass
+class ModelConfig:
+    # Empty path = build the tiny mini-scale model from the fields below and warm-start it by SFT.
+    path: str = ""
+    kind: str = "qwen2"  # qwen2 | qwen2_5_vl (tiny models only; a real path decides by itself)
+    hidden_size: int = 128
+    num_layers: int = 2
+    num_heads: int = 2
+    num_kv_heads: int = 2
+    intermediate_size: int = 256
+    dtype: str = "float32"  # float32 | bfloat16
+    sft_steps: int = 600
+    sft_lr: float = 3e-3
+    sft_batch_size: int = 32
+    gradient_checkpointing: bool = False
+
+    def __post_init__(self) -> None:
+        _check_choice("model.kind", self.kind, ("qwen2", "qwen2_5_vl"))
+        _check_choice("model.dtype", self.dtype, ("float32", "bfloat16"))
+
+
+@dataclass
+class DataConfig:
+    # A generated task name (mini-math, mini-geo) or "files" to read train_files/val_files.
+    task: str = "mini-math"
+    variant: str = "default"
+    train_files: list[str] = field(default_factory=list)
+    val_files: list[str] = field(default_factory=list)
+    num_train: int = 2000
+    num_val: int = 200
+    # Out-of-domain benchmarks evaluated at the end: generator variants (mini) or files (paper).
+    ood_variants: list[str] = field(default_factory=list)
+    template: str = "thinking_boxed"
+    reward: str = "math"
+    seed: int = 1234
+    shuffle: bool = True
+
+
+@dataclass
+class RolloutConfig:
+    engine: str = "hf"  # hf | vllm
+    n: int = 8
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = 0
+    max_new_tokens: int = 48
+    hf_batch_size: int = 64
+    # Validation sampling: the paper validates at T = 0.6, top-p 0.95, n = 1.
+    val_temperature: float = 0.0
+    val_top_p: float = 1.0
+    # Weight-sync check: max |engine logp - trainer logp| tolerated after a sync (vllm only).
+    logprob_check_tol: float = 1e-2
+    logprob_check_samples: int = 4
+    vllm_gpu_memory_utilization: float = 0.5
+    vllm_max_model_len: int = 512
+    vllm_enforce_eager: bool = True
+
+    def __post_init__(self) -> None:
+        _check_choice("rollout.engine", self.engine, ("hf", "vllm"))
+        if self.n < 2:
+            raise ConfigError(f"rollout.n = {self.n}: GRPO needs at least 2 responses per prompt")
+
+
+@dataclass
+class MDAPConfig:
+    tau: float = 0.8
+    adv_eps: float | None = None  # None: group equal advantages; float: continuous rewards
+
+
+@dataclass
+class CPPOConfig:
+    prune_rate: float = 0.5
+
+
+@dataclass
+class RandomPruneConfig:
+    prune_rate: float = 0.5
+
+
+@dataclass
+class ARSConfig:
+    n_min: int = 4
+    n_max: int | None = None  # None: the initial n
+    beta: float = 0.5
+    headroom: int = 1
+    rho_high: float = 0.9
+    grow_step: int = 2
+    period_steps: int = 0  # 0: one period per epoch over the training prompts
+    per_prompt: bool = False
+
+
+@dataclass
+class GresoConfig:
+    p_easy: float = 0.5
+    p_hard: float = 0.5
+    alpha: float = 0.25
+    step_size: float = 0.01
+    p_min: float = 0.05
+    p_max: float = 0.95
+    floor: float = 0.01
+
+
+@dataclass
+class DapoConfig:
+    max_tries: int = 20
+
+
+@dataclass
+class AlgorithmConfig:
+    advantage: str = "grpo"  # grpo | drgrpo
+    prompt_selector: str = "all"  # all | greso
+    group_filter: str = "none"  # none | dapo
+    pruner: str = "none"  # none | mdap | cppo | random | advantage_only
+    rollout_scaler: str = "fixed"  # fixed | ars
+    policy_loss: str = "ppo_clip"  # ppo_clip | gspo | gspo_token
+    clip_low: float = 0.2
+    clip_high: float = 0.3
+    dual_clip: float | None = 3.0
+    loss_agg: str = "token-mean"
+    kl_coef: float = 0.01  # 0 disables the KL loss and the reference model
+    kl_kind: str = "k3"
+    mdap: MDAPConfig = field(default_factory=MDAPConfig)
+    cppo: CPPOConfig = field(default_factory=CPPOConfig)
+    random: RandomPruneConfig = field(default_factory=RandomPruneConfig)
+    ars: ARSConfig = field(default_factory=ARSConfig)
+    greso: GresoConfig = field(default_factory=GresoConfig)
+    dapo: DapoConfig = field(default_factory=DapoConfig)
+
+    def __post_init__(self) -> None:
+        _check_choice("algorithm.advantage", self.advantage, ("grpo", "drgrpo"))
+        _check_choice("algorithm.prompt_selector", self.prompt_selector, ("all", "greso"))
+        _check_choice("algorithm.group_filter", self.group_filter, ("none", "dapo"))
+        _check_choice(
+            "algorithm.pruner", self.pruner, ("none", "mdap", "cppo", "random", "advantage_only")
+        )
+        _check_choice("algorithm.rollout_scaler", self.rollout_scaler, ("fixed", "ars"))
+        _check_choice("algorithm.policy_loss", self.policy_loss, ("ppo_clip", "gspo", "gspo_token"))
+        _check_choice("algorithm.kl_kind", self.kl_kind, ("k1", "k2", "k3"))
+        if not 0.0 <= self.mdap.tau <= 1.0:
+            raise ConfigError(f"algorithm.mdap.tau = {self.mdap.tau} must lie in [0, 1]")
+        if self.kl_coef < 0:
+            raise ConfigError(f"algorithm.kl_coef = {self.kl_coef} must be >= 0")
+
+
+@dataclass
+class TrainerConfig:
+    run_dir: str = "runs/default"
+    seed: int = 1
+    total_steps: int = 20
+    prompts_per_step: int = 16  # rollout batch B (global, over all ranks)
+    # fixed_updates: exactly updates_per_step optimizer steps, kept set split evenly (App. C.1).
+    # fixed_minibatch: mini-batches of mini_batch_size trajectories (Table 1 setting).
+    update_mode: str = "fixed_updates"
+    updates_per_step: int = 1
+    mini_batch_size: int = 64
+    micro_batch_size: int = 16  # trajectories per forward/backward, per rank
+    lr: float = 1e-4
+    weight_decay: float = 0.0
+    grad_clip: float = 1.0
+    lr_warmup_steps: int = 0
+    use_deepspeed: bool = True
+    zero_stage: int = 2
+    val_every: int = 0  # 0: validate only before and after training
+    save_every: int = 0  # 0: no intermediate checkpoints
+    keep_checkpoints: int = 2
+    resume: bool = True
+    tensorboard: bool = False
+    progress: bool = True
+    torch_threads: int = 0  # 0: leave torch's default
+
+    def __post_init__(self) -> None:
+        _check_choice("trainer.update_mode", self.update_mode, ("fixed_updates", "fixed_minibatch"))
+        if self.zero_stage not in (0, 1, 2, 3):
+            raise ConfigError(f"trainer.zero_stage = {self.zero_stage}: choose 0, 1, 2 or 3")
+        for key in ("total_steps", "prompts_per_step", "updates_per_step", "mini_batch_size",
+                    "micro_batch_size"):
+            if getattr(self, key) < 1:
+                raise ConfigError(f"trainer.{key} = {getattr(self, key)} must be >= 1")
+
+
+@dataclass
+class FastRLConfig:
+    method: str = "grpo"  # a label for logs and tables; the components are in `algorithm`
+    scale: str = "mini"
+    model: ModelConfig = field(default_factory=ModelConfig)
+    data: DataConfig = field(default_factory=DataConfig)
+    rollout: RolloutConfig = field(default_factory=RolloutConfig)
+    algorithm: AlgorithmConfig = field(default_factory=AlgorithmConfig)
+    trainer: TrainerConfig = field(default_factory=TrainerConfig)
+
+
+def _check_choice(key: str, value: str, choices: Sequence[str]) -> None:
+    if value not in choices:
+        raise ConfigError(f"{key} = {value!r} is not one of {', '.join(choices)}")
+
+
+def valid_keys(cls: type = FastRLConfig, prefix: str = "") -> list[str]:
+    """All dotted keys of the schema, e.g. ``algorithm.mdap.tau``."""
+    keys: list[str] = []
+    for f in dataclasses.fields(cls):
+        name = prefix + f.name
+        default = f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
+        if dataclasses.is_dataclass(default):
+            keys.extend(valid_keys(type(default), name + "."))
+        else:
+            keys.append(name)
+    return keys
+
+
+def _resolve_path(path: str | Path, relative_to: Path | None = None) -> Path:
+    p = Path(path)
+    candidates = [p] if p.is_absolute() else [
+        *( [relative_to / p] if relative_to else [] ), Path.cwd() / p, CONFIG_ROOT / p,
+    ]
+    for c in candidates:
+        if c.is_file():
+            return c
+        if c.with_suffix(".yaml").is_file():
+            return c.with_suffix(".yaml")
+    raise ConfigError(f"config file {str(path)!r} not found (looked in: {', '.join(map(str, candidates))})")
+
+
+def _load_yaml_tree(path: Path, seen: tuple[Path, ...] = ()) -> list[tuple[Path, dict[str, Any]]]:
+    """The file's ``defaults:`` (depth first, in order) followed by the file itself."""
+    if path in seen:
+        raise ConfigError(f"config {path} includes itself through defaults: {' -> '.join(map(str, seen))}")
+    with open(path) as fh:
+        data = yaml.safe_load(fh) or {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: top level must be a mapping, got {type(data).__name__}")
+    defaults = data.pop("defaults", []) or []
+    out: list[tuple[Path, dict[str, Any]]] = []
+    for d in defaults:
+        out.extend(_load_yaml_tree(_resolve_path(d, path.parent), seen + (path,)))
+    out.append((path, data))
+    return out
+
+
+def _merge(base: DictConfig, update: Any, where: str) -> DictConfig:
+    try:
+        return OmegaConf.merge(base, update)  # type: ignore[return-value]
+    except OmegaConfBaseException as exc:
+        key = getattr(exc, "full_key", None) or "?"
+        msg = str(exc).splitlines()[0]
+        raise ConfigError(
+            f"{where}: bad key or value {key!r} ({msg}). Valid keys: {', '.join(valid_keys())}"
+        ) from None
+
+
+def load_config(
+    config: str | Path | None = None,
+    overrides: Sequence[str] = (),
+    *,
+    scale: str | None = None,
+) -> FastRLConfig:
+    """Build the run config: defaults, scale, the given YAML (with its defaults), then overrides."""
+    cfg = OmegaConf.structured(FastRLConfig)
+    files: list[tuple[Path, dict[str, Any]]] = []
+    base = CONFIG_ROOT / "base" / "default.yaml"
+    if base.is_file():
+        files.extend(_load_yaml_tree(base))
+    user_files = _load_yaml_tree(_resolve_path(config)) if config else []
+    # The scale comes from a `scale=` override, else the CLI flag, else the user's files, else mini.
+    file_scales = [d["scale"] for _, d in user_files if isinstance(d.get("scale"), str)]
+    override_scales = [ov.split("=", 1)[1] for ov in overrides if ov.startswith("scale=")]
+    chosen_scale = (override_scales or [scale or ""])[-1] or (file_scales or ["mini"])[-1]
+    scale_file = CONFIG_ROOT / "scales" / f"{chosen_scale}.yaml"
+    if not scale_file.is_file():
+        choices = sorted(p.stem for p in (CONFIG_ROOT / "scales").glob("*.yaml"))
+        raise ConfigError(f"scale {chosen_scale!r} has no file {scale_file}; choose one of {choices}")
+    files.extend(_load_yaml_tree(scale_file))
+    files.extend(user_files)
+    for path, data in files:
+        cfg = _merge(cfg, data, str(path))
+    cfg = _merge(cfg, {"scale": chosen_scale}, "scale")
+    for ov in overrides:
+        if "=" not in ov:
+            raise ConfigError(f"override {ov!r} must look like dotted.key=value")
+        key = ov.split("=", 1)[0]
+        if key not in valid_keys() and key not in ("scale",):
+            raise ConfigError(f"override {ov!r}: unknown key {key!r}. Valid keys: {', '.join(valid_keys())}")
+        cfg = _merge(cfg, OmegaConf.from_dotlist([ov]), f"override {ov!r}")
+    try:
+        return OmegaConf.to_object(cfg)  # type: ignore[return-value]
+    except ConfigError:
+        raise
+    except OmegaConfBaseException as exc:
+        raise ConfigError(str(exc)) from None
+
+
+def to_dict(cfg: FastRLConfig) -> dict[str, Any]:
+    return dataclasses.asdict(cfg)
+
+
+def save_config(cfg: FastRLConfig, path: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w") as fh:
+        yaml.safe_dump(to_dict(cfg), fh, sort_keys=False)
