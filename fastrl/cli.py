@@ -1,0 +1,146 @@
+"""``fastrl train|sweep|sft|eval|demo`` — the command line.
+
+    fastrl train configs/methods/fastrl.yaml --scale mini algorithm.mdap.tau=0.6
+    fastrl sweep configs/tables/tau_sweep.yaml --scale smoke
+    fastrl demo
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any, Sequence
+
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+
+def _default_accelerator() -> None:
+    """DeepSpeed on a CPU-only box needs DS_ACCELERATOR=cpu; leave any explicit choice alone."""
+    if "DS_ACCELERATOR" not in os.environ:
+        import torch
+
+        if not torch.cuda.is_available():
+            os.environ["DS_ACCELERATOR"] = "cpu"
+
+
+def _train(config: str, overrides: Sequence[str], scale: str | None) -> dict[str, Any]:
+    from fastrl.config import load_config
+    from fastrl.training.pipeline import Trainer
+
+    cfg = load_config(config, overrides, scale=scale)
+    trainer = Trainer(cfg)
+    summary = trainer.fit()
+    summary.update({"method": cfg.method, "run_dir": cfg.trainer.run_dir})
+    return summary
+
+
+def cmd_train(args: argparse.Namespace) -> int:
+    summary = _train(args.config, args.overrides, args.scale)
+    print(json.dumps(summary, indent=2))
+    return 0
+
+
+def sweep_points(spec: dict[str, list[Any]]) -> list[list[str]]:
+    """Cartesian product of ``{dotted.key: [values]}`` as lists of ``key=value`` overrides."""
+    keys = list(spec)
+    return [[f"{k}={v}" for k, v in zip(keys, combo)] for combo in itertools.product(*(spec[k] for k in keys))]
+
+
+def cmd_sweep(args: argparse.Namespace) -> int:
+    import yaml
+
+    from fastrl.config import ConfigError, _resolve_path, load_config
+
+    path = _resolve_path(args.sweep)
+    spec = yaml.safe_load(path.read_text()) or {}
+    if set(spec) - {"base", "sweep"} or "base" not in spec or "sweep" not in spec:
+        raise ConfigError(f"{path}: a sweep file has exactly the keys 'base' (a config) and 'sweep' (key: [values])")
+    base_run = load_config(spec["base"], args.overrides, scale=args.scale).trainer.run_dir
+    results = []
+    for point in sweep_points(spec["sweep"]):
+        tag = ",".join(p.replace("algorithm.", "") for p in point)
+        run_dir = f"{base_run}/sweep/{tag}"
+        results.append({"point": point, **_train(spec["base"], [*args.overrides, *point, f"trainer.run_dir={run_dir}"], args.scale)})
+    print(json.dumps(results, indent=2))
+    return 0
+
+
+def cmd_sft(args: argparse.Namespace) -> int:
+    from fastrl.config import load_config
+    from fastrl.training.setup import resolve_policy_path
+
+    cfg = load_config(args.config, args.overrides, scale=args.scale)
+    print(resolve_policy_path(cfg))
+    return 0
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    from fastrl.demo import run_demo
+
+    run_demo(out_dir=Path(args.out), scale=args.scale, overrides=args.overrides)
+    return 0
+
+
+def cmd_eval(args: argparse.Namespace) -> int:
+    from fastrl.evaluation.cli import run_eval
+
+    return run_eval(args)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="fastrl", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = p.add_subparsers(dest="command", required=True)
+
+    t = sub.add_parser("train", help="train one method: fastrl train CONFIG [key=value ...]")
+    t.add_argument("config", help="a YAML under configs/ (e.g. methods/fastrl.yaml) or a path")
+    t.add_argument("overrides", nargs="*", help="dotted.key=value overrides")
+    t.add_argument("--scale", default=None, help="smoke | mini | paper (default: the config's, else mini)")
+    t.set_defaults(func=cmd_train)
+
+    s = sub.add_parser("sweep", help="run a sweep file: {base: CONFIG, sweep: {key: [values]}}")
+    s.add_argument("sweep")
+    s.add_argument("overrides", nargs="*")
+    s.add_argument("--scale", default=None)
+    s.set_defaults(func=cmd_sweep)
+
+    f = sub.add_parser("sft", help="build (or reuse) the SFT warm start of the tiny model; print its path")
+    f.add_argument("config", nargs="?", default="methods/grpo.yaml")
+    f.add_argument("overrides", nargs="*")
+    f.add_argument("--scale", default=None)
+    f.set_defaults(func=cmd_sft)
+
+    d = sub.add_parser("demo", help="GRPO vs FastRL on mini-math, same seed and steps, side by side")
+    d.add_argument("--out", default="runs/demo")
+    d.add_argument("--scale", default="mini")
+    d.add_argument("overrides", nargs="*")
+    d.set_defaults(func=cmd_demo)
+
+    e = sub.add_parser("eval", help="evaluate a checkpoint or HF model on benchmarks")
+    try:
+        from fastrl.evaluation.cli import add_arguments
+
+        add_arguments(e)
+    except ImportError:  # evaluation extras missing: the command explains itself when run
+        pass
+    e.set_defaults(func=cmd_eval)
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    _default_accelerator()
+    from fastrl.config import ConfigError
+
+    try:
+        return int(args.func(args) or 0)
+    except ConfigError as exc:
+        print(f"fastrl: config error: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

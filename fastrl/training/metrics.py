@@ -1,0 +1,105 @@
+"""Stage timers, the per-step jsonl log (plus tensorboard when installed) and the progress bar."""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, Iterator
+
+# Stable stage names (DESIGN.md §3); every step logs each of them, 0.0 when a stage did not run.
+STAGES = ("gen", "reward", "adv", "prune", "old_log_prob", "ref", "update_actor", "update_weights", "step")
+
+
+class StageTimer:
+    """Accumulates wall-clock seconds per stage under ``timing_s/<stage>``."""
+
+    def __init__(self) -> None:
+        self.seconds: dict[str, float] = {s: 0.0 for s in STAGES}
+
+    @contextmanager
+    def stage(self, name: str) -> Iterator[None]:
+        start = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.seconds[name] = self.seconds.get(name, 0.0) + time.perf_counter() - start
+
+    def metrics(self) -> dict[str, float]:
+        return {f"timing_s/{k}": v for k, v in self.seconds.items()}
+
+
+def _jsonable(value: Any) -> Any:
+    if hasattr(value, "item") and callable(value.item):
+        value = value.item()
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)
+    return value
+
+
+class RunLogger:
+    """Appends one JSON object per step to ``<run_dir>/metrics.jsonl``; mirrors to tensorboard."""
+
+    def __init__(self, run_dir: Path, *, tensorboard: bool, enabled: bool = True) -> None:
+        self.path = run_dir / "metrics.jsonl"
+        self.enabled = enabled
+        self._tb = None
+        if enabled and tensorboard:
+            try:
+                from torch.utils.tensorboard import SummaryWriter
+
+                self._tb = SummaryWriter(str(run_dir / "tensorboard"))
+            except ImportError:  # tensorboard is optional
+                self._tb = None
+
+    def truncate_after(self, step: int) -> None:
+        """On resume, drop log lines of steps after the checkpoint (they will be redone)."""
+        if not (self.enabled and self.path.exists()):
+            return
+        lines = self.path.read_text().splitlines()
+        kept = [ln for ln in lines if ln.strip() and json.loads(ln).get("step", -1) <= step]
+        tmp = self.path.with_suffix(".tmp")
+        tmp.write_text("".join(ln + "\n" for ln in kept))
+        tmp.replace(self.path)
+
+    def log(self, step: int, metrics: dict[str, Any]) -> None:
+        if not self.enabled:
+            return
+        record = {"step": step, **{k: _jsonable(v) for k, v in metrics.items()}}
+        with open(self.path, "a") as fh:
+            fh.write(json.dumps(record) + "\n")
+        if self._tb is not None:
+            for k, v in record.items():
+                if isinstance(v, (int, float)) and k != "step":
+                    self._tb.add_scalar(k, v, step)
+            self._tb.flush()
+
+    def close(self) -> None:
+        if self._tb is not None:
+            self._tb.close()
+
+
+def read_metrics(run_dir: Path) -> list[dict[str, Any]]:
+    path = Path(run_dir) / "metrics.jsonl"
+    if not path.exists():
+        return []
+    return [json.loads(ln) for ln in path.read_text().splitlines() if ln.strip()]
+
+
+def progress_postfix(metrics: dict[str, Any]) -> dict[str, str]:
+    """What the progress bar shows after each step."""
+    keys = {
+        "reward": "reward/mean",
+        "acc": "reward/accuracy",
+        "kept": "prune/kept_fraction",
+        "n": "rollout/n",
+        "s/step": "timing_s/step",
+    }
+    out = {}
+    for label, key in keys.items():
+        if key in metrics:
+            v = metrics[key]
+            out[label] = f"{v:.3g}" if isinstance(v, float) else str(v)
+    return out

@@ -1,0 +1,383 @@
+"""The one trainer: DESIGN.md §3's step pipeline, composed from registered components.
+
+Every method (GRPO, DAPO, GSPO, CPPO, GRESO, FastRL and its variants) is this class with a
+different choice of prompt selector, group filter, pruner, rollout scaler and policy loss.
+Each stage is a short method timed under its stable name.
+
+Data parallelism: every rank holds the same prompt stream and the same components (seeded
+identically). Rank r generates for prompts ``r::world``; responses, rewards and engine log-probs
+are all-gathered, so advantages, pruning, ARS and GRESO are computed on the global batch and are
+identical on every rank. Only the log-prob passes and the update are sharded (fastrl.training.update).
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+import torch
+
+from fastrl.algorithms import registry
+from fastrl.config import FastRLConfig, save_config, to_dict
+from fastrl.data.schema import Record
+from fastrl.rollout.base import PromptInput, Response, SamplingConfig
+from fastrl.training import distributed as dist
+from fastrl.training.batch import RolloutBatch
+from fastrl.training.components import Components, build_components
+from fastrl.training.metrics import RunLogger, StageTimer, progress_postfix
+from fastrl.training.setup import PolicyBundle, build_policy, load_datasets
+from fastrl.training.update import LossSettings, compute_logprobs, plan_minibatches, update_policy
+
+
+class TrainingError(RuntimeError):
+    """Training cannot go on (NaN loss, failed weight sync, ...); the message says why."""
+
+
+@dataclass
+class TrainState:
+    step: int = 0  # optimizer-independent count of finished rollout steps
+    epoch: int = 0
+    position: int = 0  # index into this epoch's prompt order
+    period_start_step: int = 0
+    period_start_epoch: int = 0
+
+
+def seed_everything(seed: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed % (2**32))
+    torch.manual_seed(seed)
+
+
+class Trainer:
+    def __init__(self, cfg: FastRLConfig) -> None:
+        self.cfg = cfg
+        dist.init_distributed()
+        if cfg.trainer.torch_threads > 0:
+            torch.set_num_threads(cfg.trainer.torch_threads)
+        seed_everything(cfg.trainer.seed)
+        self.run_dir = Path(cfg.trainer.run_dir)
+        if dist.is_main():
+            self.run_dir.mkdir(parents=True, exist_ok=True)
+            save_config(cfg, self.run_dir / "config.yaml")
+        dist.barrier()
+        self.policy: PolicyBundle = build_policy(cfg)
+        self.train_records, self.val_records, self.ood_records = load_datasets(cfg)
+        self.components: Components = build_components(cfg)
+        self.state = TrainState()
+        self.logger = RunLogger(self.run_dir, tensorboard=cfg.trainer.tensorboard, enabled=dist.is_main())
+        self._encoded: dict[str, PromptInput] = {}
+        self._data_generator = torch.Generator().manual_seed(cfg.data.seed)
+
+    # ------------------------------------------------------------------ data
+    def encode(self, record: Record) -> PromptInput:
+        if record.uid not in self._encoded:
+            self._encoded[record.uid] = self.policy.encode(record)
+        return self._encoded[record.uid]
+
+    def _epoch_order(self, epoch: int) -> list[int]:
+        n = len(self.train_records)
+        if not self.cfg.data.shuffle:
+            return list(range(n))
+        g = torch.Generator().manual_seed(self.cfg.data.seed * 1_000_003 + epoch)
+        return torch.randperm(n, generator=g).tolist()
+
+    def next_records(self, count: int) -> list[Record]:
+        """The next ``count`` training prompts, wrapping into a new epoch (reshuffled) as needed."""
+        out: list[Record] = []
+        while len(out) < count:
+            order = self._epoch_order(self.state.epoch)
+            take = order[self.state.position : self.state.position + count - len(out)]
+            out.extend(self.train_records[i] for i in take)
+            self.state.position += len(take)
+            if self.state.position >= len(order):
+                self.state.epoch += 1
+                self.state.position = 0
+        return out
+
+    # ------------------------------------------------------------------ stages
+    def select_prompts(self, records: list[Record]) -> list[Record]:
+        g = torch.Generator().manual_seed(self.cfg.trainer.seed * 7919 + self.state.step)
+        mask = self.components.prompt_selector.select([r.uid for r in records], g)
+        chosen = [r for r, keep in zip(records, mask) if keep]
+        return chosen or records[:1]  # never an empty step
+
+    def generate(self, records: list[Record], timer: StageTimer) -> RolloutBatch:
+        """Rollout for the given prompts (sharded over ranks), then all-gathered, then rewarded."""
+        rank, world = dist.rank(), dist.world_size()
+        mine = list(range(rank, len(records), world))
+        prompts = [self.encode(records[i]) for i in mine]
+        ns = [self.components.rollout_scaler.n_for(records[i].uid) for i in mine]
+        sampling = SamplingConfig(
+            temperature=self.cfg.rollout.temperature,
+            top_p=self.cfg.rollout.top_p,
+            top_k=self.cfg.rollout.top_k,
+            max_new_tokens=self.cfg.rollout.max_new_tokens,
+            seed=None,
+        )
+        with timer.stage("gen"):
+            responses: list[Response] = self.policy.engine.generate(prompts, ns, sampling) if prompts else []
+        local = [
+            (mine[r.prompt_index], r.response_ids, r.text, r.logprobs, r.finish_reason) for r in responses
+        ]
+        gathered = [item for part in dist.all_gather_object(local) for item in part]
+        gathered.sort(key=lambda item: item[0])  # prompt order, stable within a prompt
+        batch = RolloutBatch(
+            prompts=[self.encode(records[g[0]]) for g in gathered],
+            uids=[records[g[0]].uid for g in gathered],
+            response_ids=[list(g[1]) for g in gathered],
+            texts=[g[2] for g in gathered],
+            engine_logprobs=[list(g[3]) for g in gathered],
+            finish_reasons=[g[4] for g in gathered],
+            answers=[records[g[0]].answer for g in gathered],
+        )
+        with timer.stage("reward"):
+            self._score(batch)
+        return batch
+
+    def _score(self, batch: RolloutBatch) -> None:
+        scores, stats = self.policy.score(batch.texts, batch.answers)
+        batch.rewards = torch.tensor([s["overall"] for s in scores], dtype=torch.float32)
+        batch.accuracies = torch.tensor([s["accuracy"] for s in scores], dtype=torch.float32)
+        self._reward_stats = stats
+
+    def rollout_with_filter(self, timer: StageTimer) -> tuple[RolloutBatch, dict[str, float]]:
+        """Select prompts, roll out, reward; with DAPO, regenerate until the batch is full."""
+        target = self.cfg.trainer.prompts_per_step
+        group_filter = self.components.group_filter
+        group_filter.reset(target)
+        tries, prompts_seen = 0, 0
+        while True:
+            records = self.select_prompts(self.next_records(target))
+            prompts_seen += len(records)
+            batch = self.generate(records, timer)
+            tries += 1
+            self.components.prompt_selector.record_groups(_accuracy_groups(batch))
+            if group_filter.add(batch, tries):
+                break
+        batch = group_filter.result()
+        return batch, {"rollout/tries": float(tries), "rollout/prompts_seen": float(prompts_seen)}
+
+    def compute_advantages(self, batch: RolloutBatch) -> None:
+        batch.advantages = self.components.advantage(batch.rewards, batch.uids)
+
+    def prune(self, batch: RolloutBatch) -> torch.Tensor:
+        d = dist.world_size() * self.cfg.trainer.micro_batch_size
+        d = _usable_multiple(len(batch), d, dist.world_size())
+        g = torch.Generator().manual_seed(self.cfg.trainer.seed * 104_729 + self.state.step)
+        return self.components.pruner(
+            batch.advantages, batch.uids, batch.response_ids, dp_multiple=d, generator=g
+        )
+
+    def sync_weights(self, batch: RolloutBatch, kept: RolloutBatch) -> dict[str, float]:
+        return self.policy.sync_and_check(kept)
+
+    # ------------------------------------------------------------------ one step
+    def train_step(self) -> dict[str, Any]:
+        cfg = self.cfg
+        timer = StageTimer()
+        step_start = time.perf_counter()
+        n_before = self.components.rollout_scaler.n
+        batch, rollout_metrics = self.rollout_with_filter(timer)
+        with timer.stage("adv"):
+            self.compute_advantages(batch)
+        with timer.stage("prune"):
+            kept_idx = self.prune(batch)
+        kept = batch.select(kept_idx)
+        rank, world = dist.rank(), dist.world_size()
+        g = torch.Generator().manual_seed(cfg.trainer.seed * 15_485_863 + self.state.step)
+        minibatches = plan_minibatches(
+            len(kept), mode=cfg.trainer.update_mode, updates_per_step=cfg.trainer.updates_per_step,
+            mini_batch_size=cfg.trainer.mini_batch_size, world=world, generator=g,
+        )
+        mine = sorted(i for mb in minibatches for i in mb[rank::world])
+        mb_size = cfg.trainer.micro_batch_size
+        pad = self.policy.pad_id
+        with timer.stage("old_log_prob"):
+            old = compute_logprobs(self.policy.actor.module, kept, mine, micro_batch_size=mb_size, pad_id=pad)
+        ref = None
+        if self.policy.reference is not None:
+            with timer.stage("ref"):
+                ref = compute_logprobs(self.policy.reference, kept, mine, micro_batch_size=mb_size, pad_id=pad)
+        with timer.stage("update_actor"):
+            actor_metrics = update_policy(
+                self.policy.actor, kept, minibatches, old, ref,
+                settings=self.loss_settings(), micro_batch_size=mb_size, pad_id=pad,
+                check_finite=self._check_finite,
+            )
+        with timer.stage("update_weights"):
+            sync_metrics = self.policy.sync_and_check(kept)
+        self.state.step += 1
+        scaler_metrics = self.update_statistics(batch, kept)
+        timer.seconds["step"] = time.perf_counter() - step_start
+        metrics: dict[str, Any] = {
+            **rollout_metrics,
+            **self._batch_metrics(batch, kept, n_before),
+            **actor_metrics,
+            **sync_metrics,
+            **scaler_metrics,
+            **self._reward_stats,
+            **timer.metrics(),
+            "epoch": self.state.epoch,
+        }
+        return metrics
+
+    def loss_settings(self) -> LossSettings:
+        a = self.cfg.algorithm
+        return LossSettings(a.policy_loss, a.clip_low, a.clip_high, a.dual_clip, a.loss_agg, a.kl_coef, a.kl_kind)
+
+    def _check_finite(self, loss: torch.Tensor, what: str) -> None:
+        if not torch.isfinite(loss).all():
+            raise TrainingError(
+                f"{what} is {loss.item()} at step {self.state.step} (run {self.run_dir}); lower trainer.lr "
+                f"(now {self.cfg.trainer.lr}) or check rewards/advantages for NaN"
+            )
+
+    def update_statistics(self, batch: RolloutBatch, kept: RolloutBatch) -> dict[str, float]:
+        """ARS observes kept counts per question; periods end every period_steps or each epoch."""
+        scaler = self.components.rollout_scaler
+        counts: dict[str, int] = {uid: 0 for uid in batch.uids}
+        for uid in kept.uids:
+            counts[uid] += 1
+        scaler.observe(counts)
+        period = self.cfg.algorithm.ars.period_steps
+        ended = (
+            (period > 0 and self.state.step - self.state.period_start_step >= period)
+            or (period == 0 and self.state.epoch > self.state.period_start_epoch)
+        )
+        out: dict[str, float] = {}
+        if ended:
+            scaler.end_period()
+            self.state.period_start_step = self.state.step
+            self.state.period_start_epoch = self.state.epoch
+            decision = getattr(scaler, "last_decision", None) or {}
+            out.update({f"ars/{k}": float(v) for k, v in decision.items() if isinstance(v, (int, float))})
+        self.components.prompt_selector.end_step(self.state.epoch)
+        for name in ("p_easy", "p_hard"):
+            if hasattr(self.components.prompt_selector, name):
+                out[f"greso/{name}"] = float(getattr(self.components.prompt_selector, name))
+        return out
+
+    def _batch_metrics(self, batch: RolloutBatch, kept: RolloutBatch, n_used: int) -> dict[str, float]:
+        groups = batch.group_indices()
+        mixed = sum(1 for idx in groups.values() if 0 < float(batch.accuracies[idx].sum()) < len(idx))
+        return {
+            "reward/mean": float(batch.rewards.mean()),
+            "reward/accuracy": float(batch.accuracies.mean()),
+            "rollout/n": float(n_used),
+            "rollout/num_prompts": float(len(groups)),
+            "rollout/num_responses": float(len(batch)),
+            "rollout/mixed_groups": mixed / max(len(groups), 1),
+            "rollout/response_length": batch.num_response_tokens() / max(len(batch), 1),
+            "prune/kept": float(len(kept)),
+            "prune/kept_fraction": len(kept) / max(len(batch), 1),
+            "tokens/generated": float(batch.num_response_tokens()),
+            "tokens/trained": float(kept.num_response_tokens()),
+        }
+
+    # ------------------------------------------------------------------ validation
+    def validate(self, records: Sequence[Record] | None = None) -> dict[str, float]:
+        """Accuracy on the validation prompts (n = 1 at the configured validation sampling)."""
+        records = list(records if records is not None else self.val_records)
+        rank, world = dist.rank(), dist.world_size()
+        mine = records[rank::world]
+        sampling = SamplingConfig(
+            temperature=self.cfg.rollout.val_temperature, top_p=self.cfg.rollout.val_top_p,
+            max_new_tokens=self.cfg.rollout.max_new_tokens, seed=self.cfg.trainer.seed,
+        )
+        responses = self.policy.engine.generate([self.encode(r) for r in mine], 1, sampling) if mine else []
+        scores, _ = self.policy.score([r.text for r in responses], [mine[r.prompt_index].answer for r in responses])
+        local = [(s["accuracy"], s["overall"]) for s in scores]
+        allv = [x for part in dist.all_gather_object(local) for x in part]
+        acc = sum(a for a, _ in allv) / max(len(allv), 1)
+        rew = sum(o for _, o in allv) / max(len(allv), 1)
+        return {"val/accuracy": acc, "val/reward": rew, "val/num": float(len(allv))}
+
+    # ------------------------------------------------------------------ checkpoints
+    def state_dict(self) -> dict[str, Any]:
+        return {
+            "train_state": vars(self.state).copy(),
+            "rollout_scaler": self.components.rollout_scaler.state_dict(),
+            "prompt_selector": self.components.prompt_selector.state_dict(),
+            "config": to_dict(self.cfg),
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.state = TrainState(**state["train_state"])
+        self.components.rollout_scaler.load_state_dict(state["rollout_scaler"])
+        self.components.prompt_selector.load_state_dict(state["prompt_selector"])
+
+    def save(self) -> None:
+        from fastrl.training.checkpoint import save_checkpoint
+
+        save_checkpoint(self.run_dir, self.state.step, self.policy.actor, self.state_dict(),
+                        keep=self.cfg.trainer.keep_checkpoints)
+
+    def maybe_resume(self) -> bool:
+        from fastrl.training.checkpoint import latest_checkpoint, load_checkpoint
+
+        if not self.cfg.trainer.resume:
+            return False
+        path = latest_checkpoint(self.run_dir)
+        if path is None:
+            return False
+        self.load_state_dict(load_checkpoint(path, self.policy.actor))
+        self.policy.after_load()
+        self.logger.truncate_after(self.state.step)
+        return True
+
+    # ------------------------------------------------------------------ the loop
+    def fit(self) -> dict[str, Any]:
+        cfg = self.cfg.trainer
+        resumed = self.maybe_resume()
+        start_wall = time.perf_counter()
+        summary: dict[str, Any] = {"resumed_from_step": self.state.step if resumed else None}
+        if not resumed:
+            before = self.validate()
+            self.logger.log(0, {f"{k}_before": v for k, v in before.items()} | {"phase": "val"})
+            summary["acc_before"] = before["val/accuracy"]
+        bar = _progress(cfg.total_steps, self.state.step, enabled=cfg.progress and dist.is_main(),
+                        desc=f"{self.cfg.method}")
+        while self.state.step < cfg.total_steps:
+            metrics = self.train_step()
+            if cfg.val_every and self.state.step % cfg.val_every == 0 and self.state.step < cfg.total_steps:
+                metrics.update(self.validate())
+            self.logger.log(self.state.step, metrics)
+            if bar is not None:
+                bar.set_postfix(progress_postfix(metrics), refresh=False)
+                bar.update(1)
+            if cfg.save_every and self.state.step % cfg.save_every == 0:
+                self.save()
+        if bar is not None:
+            bar.close()
+        after = self.validate()
+        self.logger.log(self.state.step, {**after, "phase": "val_final"})
+        summary.update({"acc_after": after["val/accuracy"], "train_wall_s": time.perf_counter() - start_wall,
+                        "steps": self.state.step})
+        if cfg.save_every:
+            self.save()
+        self.logger.close()
+        return summary
+
+
+def _accuracy_groups(batch: RolloutBatch) -> dict[str, list[float]]:
+    return {uid: [float(batch.accuracies[i]) for i in idx] for uid, idx in batch.group_indices().items()}
+
+
+def _usable_multiple(total: int, d: int, world: int) -> int:
+    """The data-parallel multiple, shrunk (to a multiple of world) when the batch is smaller than d."""
+    while d > world and d > total:
+        d //= 2
+    return max(world, d - d % world)
+
+
+def _progress(total: int, initial: int, *, enabled: bool, desc: str):
+    if not enabled:
+        return None
+    from tqdm.auto import tqdm
+
+    return tqdm(total=total, initial=initial, desc=desc, unit="step", dynamic_ncols=True)

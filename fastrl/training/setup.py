@@ -1,0 +1,193 @@
+"""Builds what a run needs from its config: the policy, its engines and the datasets.
+
+Kept apart from the step pipeline so the pipeline reads as the paper's algorithm, and so tests
+can build a trainer around a tiny policy without touching the loop.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+import torch
+
+from fastrl.config import FastRLConfig
+from fastrl.data.schema import Record
+from fastrl.rollout.base import PromptInput, RolloutEngine, SamplingConfig
+from fastrl.training import distributed as dist
+from fastrl.training.batch import RolloutBatch
+
+SFT_CACHE = Path(".cache") / "sft"
+
+
+class DataError(ValueError):
+    """A dataset named in the config cannot be used; the message names the file or key."""
+
+
+def resolve_policy_path(cfg: FastRLConfig) -> Path:
+    """``model.path`` when given; else the cached SFT warm start of the tiny model for the task."""
+    if cfg.model.path:
+        return Path(cfg.model.path) if Path(cfg.model.path).exists() else cfg.model.path  # type: ignore[return-value]
+    from fastrl.models.builders import TinyModelSpec
+    from fastrl.models.sft import warm_start
+
+    spec = TinyModelSpec(
+        kind=cfg.model.kind,
+        hidden_size=cfg.model.hidden_size,
+        num_layers=cfg.model.num_layers,
+        num_heads=cfg.model.num_heads,
+        num_kv_heads=cfg.model.num_kv_heads,
+        intermediate_size=cfg.model.intermediate_size,
+    )
+    # Only rank 0 trains the warm start; the others wait and then hit the cache.
+    path: Path | None = None
+    if dist.is_main():
+        path = warm_start(
+            cfg.data.task, spec, out_root=SFT_CACHE, seed=cfg.data.seed, steps=cfg.model.sft_steps,
+            lr=cfg.model.sft_lr, batch_size=cfg.model.sft_batch_size,
+        )
+    return Path(dist.broadcast_object(str(path) if path else None))
+
+
+@dataclass
+class PolicyBundle:
+    """The actor (DeepSpeed engine), its frozen reference, rollout engine, prompt encoder and reward."""
+
+    cfg: FastRLConfig
+    path: Path
+    actor: Any
+    reference: torch.nn.Module | None
+    engine: RolloutEngine
+    tokenizer: Any
+    encoder: Any
+    pad_id: int
+    reward_name: str
+    template: str
+    sync_checks: list[dict[str, float]] = field(default_factory=list)
+
+    def encode(self, record: Record) -> PromptInput:
+        from fastrl.data.templates import build_prompt_text
+
+        text = build_prompt_text(record, self.template)
+        return self.encoder.encode(record.uid, text, list(record.images))
+
+    def score(self, texts: Sequence[str], answers: Sequence[str]) -> tuple[list[dict[str, float]], dict[str, float]]:
+        from fastrl.rewards import score_batch
+
+        return score_batch(self.reward_name, list(texts), list(answers))
+
+    def sync_and_check(self, kept: RolloutBatch) -> dict[str, float]:
+        """Push new weights to the rollout engine; for engines that hold their own copy, prove the
+        sync by comparing engine and trainer log-probs on freshly sampled responses."""
+        if self.engine.name == "hf":
+            return {}  # colocated: the HF engine samples from the trainer's own module
+        self.engine.sync_weights(self.actor.named_parameters_for_sync())
+        return self.check_engine_logprobs(kept)
+
+    def check_engine_logprobs(self, kept: RolloutBatch) -> dict[str, float]:
+        from fastrl.models.forward import collate, response_logprobs
+        from fastrl.rollout.vllm import logprob_check
+
+        k = min(self.cfg.rollout.logprob_check_samples, len(kept))
+        seen, prompts = set(), []
+        for p in kept.prompts:
+            if p.uid not in seen:
+                seen.add(p.uid)
+                prompts.append(p)
+            if len(prompts) == k:
+                break
+        sampling = SamplingConfig(temperature=1.0, max_new_tokens=self.cfg.rollout.max_new_tokens, seed=0)
+        responses = self.engine.generate(prompts, 1, sampling)
+        batch = collate([prompts[r.prompt_index] for r in responses], [r.response_ids for r in responses], self.pad_id)
+        with torch.no_grad():
+            trainer_logp = response_logprobs(self.actor.module, batch)
+        engine_logp = torch.zeros_like(trainer_logp)
+        for row, r in enumerate(responses):
+            engine_logp[row, : len(r.logprobs)] = torch.tensor(r.logprobs)
+        return logprob_check(engine_logp, trainer_logp, batch["response_mask"], tol=self.cfg.rollout.logprob_check_tol)
+
+    def after_load(self) -> None:
+        """After a checkpoint restore, engines holding their own weights must be re-synced."""
+        if self.engine.name != "hf":
+            self.engine.sync_weights(self.actor.named_parameters_for_sync())
+
+
+def build_actor_config(cfg: FastRLConfig):
+    from fastrl.training.actor import ActorConfig
+
+    t = cfg.trainer
+    return ActorConfig(
+        lr=t.lr, weight_decay=t.weight_decay, betas=(0.9, 0.999), eps=1e-8, grad_clip=t.grad_clip,
+        zero_stage=t.zero_stage, bf16=cfg.model.dtype == "bfloat16",
+        gradient_checkpointing=cfg.model.gradient_checkpointing, use_deepspeed=t.use_deepspeed,
+        offload_optimizer=False, lr_warmup_steps=t.lr_warmup_steps, seed=t.seed,
+    )
+
+
+def build_engine(cfg: FastRLConfig, actor: Any, tokenizer: Any, path: Path) -> RolloutEngine:
+    r = cfg.rollout
+    if r.engine == "hf":
+        from fastrl.rollout.hf import HFRolloutEngine
+
+        return HFRolloutEngine(
+            actor.module, tokenizer, eos_token_ids=_eos_ids(tokenizer), pad_token_id=_pad_id(tokenizer),
+            batch_size=r.hf_batch_size,
+        )
+    from fastrl.rollout.vllm import VLLMRolloutEngine
+
+    return VLLMRolloutEngine(
+        str(path), seed=cfg.trainer.seed + dist.rank(), max_model_len=r.vllm_max_model_len,
+        gpu_memory_utilization=r.vllm_gpu_memory_utilization, dtype=cfg.model.dtype,
+        enforce_eager=r.vllm_enforce_eager,
+    )
+
+
+def _pad_id(tokenizer: Any) -> int:
+    tok = getattr(tokenizer, "tokenizer", tokenizer)
+    return int(tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id)
+
+
+def _eos_ids(tokenizer: Any) -> list[int]:
+    tok = getattr(tokenizer, "tokenizer", tokenizer)
+    return [int(tok.eos_token_id)]
+
+
+def build_policy(cfg: FastRLConfig) -> PolicyBundle:
+    from fastrl.models.builders import load_policy
+    from fastrl.models.processing import PromptEncoder
+    from fastrl.training.actor import Actor, build_reference
+
+    path = resolve_policy_path(cfg)
+    dtype = torch.bfloat16 if cfg.model.dtype == "bfloat16" else torch.float32
+    model, tokenizer = load_policy(path, dtype=dtype)
+    actor = Actor(model, build_actor_config(cfg))
+    reference = build_reference(path) if cfg.algorithm.kl_coef > 0 else None
+    engine = build_engine(cfg, actor, tokenizer, path)
+    encoder = PromptEncoder.for_model(path, tokenizer) if hasattr(PromptEncoder, "for_model") else PromptEncoder(tokenizer)
+    return PolicyBundle(
+        cfg=cfg, path=Path(path), actor=actor, reference=reference, engine=engine, tokenizer=tokenizer,
+        encoder=encoder, pad_id=_pad_id(tokenizer), reward_name=cfg.data.reward, template=cfg.data.template,
+    )
+
+
+def load_datasets(cfg: FastRLConfig) -> tuple[list[Record], list[Record], dict[str, list[Record]]]:
+    """Train, validation and out-of-domain records for the configured task."""
+    d = cfg.data
+    if d.task == "files":
+        from fastrl.data.loaders import load_records
+
+        if not d.train_files:
+            raise DataError("data.task = files needs data.train_files (paths to canonical parquet/jsonl)")
+        train = [r for f in d.train_files for r in load_records(f)]
+        val = [r for f in d.val_files for r in load_records(f)]
+        ood = {Path(f).stem: load_records(f) for f in d.ood_variants}
+        return train, val, ood
+    from fastrl.data.synthetic import generate_task
+
+    train = generate_task(d.task, split="train", num=d.num_train, seed=d.seed, variant=d.variant)
+    val = generate_task(d.task, split="val", num=d.num_val, seed=d.seed, variant=d.variant)
+    ood = {v: generate_task(d.task, split="val", num=d.num_val, seed=d.seed, variant=v) for v in d.ood_variants}
+    if not train:
+        raise DataError(f"data.task = {d.task!r} generated no training records (data.num_train = {d.num_train})")
+    return train, val, ood

@@ -1,0 +1,177 @@
+"""Log-prob passes and the policy update over a kept set, split identically on any number of ranks.
+
+Data-parallel layout. The kept set (already aligned by the pruner to a multiple of
+``world_size * micro_batch_size``) is shuffled with a generator seeded identically on every rank,
+split into mini-batches whose sizes are multiples of the world size, and each mini-batch is dealt
+out ``members[rank::world]``. Every rank therefore does the same number of micro-batches and
+backward calls, and the union over ranks of each mini-batch is the same as on one rank: a 2-rank
+step sums to the 1-rank gradient. Loss normalisation uses global counts (all-reduced), so the
+token-mean is over the whole mini-batch across ranks, not per micro-batch.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Sequence
+
+import torch
+
+from fastrl.algorithms import losses
+from fastrl.models.forward import collate, response_logprobs
+from fastrl.training import distributed as dist
+from fastrl.training.batch import RolloutBatch
+
+
+@dataclass(frozen=True)
+class LossSettings:
+    kind: str
+    clip_low: float
+    clip_high: float
+    dual_clip: float | None
+    agg: str
+    kl_coef: float
+    kl_kind: str
+
+
+def minibatch_sizes(total: int, num_minibatches: int, world: int) -> list[int]:
+    """Split ``total`` trajectories into at most ``num_minibatches`` sizes, each a multiple of ``world``.
+
+    >>> minibatch_sizes(12, 4, 2)
+    [4, 4, 2, 2]
+    """
+    if total % world:
+        raise ValueError(f"kept count {total} is not a multiple of the world size {world}")
+    units = total // world
+    k = max(1, min(num_minibatches, units))
+    base, extra = divmod(units, k)
+    return [(base + (1 if i < extra else 0)) * world for i in range(k)]
+
+
+def plan_minibatches(
+    num_kept: int,
+    *,
+    mode: str,
+    updates_per_step: int,
+    mini_batch_size: int,
+    world: int,
+    generator: torch.Generator,
+) -> list[list[int]]:
+    """Global mini-batches (lists of positions into the kept batch), identical on every rank."""
+    order = torch.randperm(num_kept, generator=generator).tolist()
+    if mode == "fixed_updates":
+        sizes = minibatch_sizes(num_kept, updates_per_step, world)
+    elif mode == "fixed_minibatch":
+        per = max(world, mini_batch_size - mini_batch_size % world)
+        sizes = minibatch_sizes(num_kept, -(-num_kept // per), world)
+    else:
+        raise ValueError(f"trainer.update_mode = {mode!r}: use fixed_updates or fixed_minibatch")
+    out, start = [], 0
+    for s in sizes:
+        out.append(order[start : start + s])
+        start += s
+    return out
+
+
+def shard(members: Sequence[int], rank: int, world: int) -> list[int]:
+    return list(members[rank::world])
+
+
+def micro_batches(indices: Sequence[int], size: int) -> list[list[int]]:
+    return [list(indices[i : i + size]) for i in range(0, len(indices), size)]
+
+
+def _batch_tensors(batch: RolloutBatch, idx: Sequence[int], pad_id: int) -> dict:
+    return collate([batch.prompts[i] for i in idx], [batch.response_ids[i] for i in idx], pad_id)
+
+
+@torch.no_grad()
+def compute_logprobs(
+    model: torch.nn.Module,
+    batch: RolloutBatch,
+    indices: Sequence[int],
+    *,
+    micro_batch_size: int,
+    pad_id: int,
+) -> dict[int, torch.Tensor]:
+    """Per-token log-probs of the given responses: {index: Tensor[len(response)]}."""
+    was_training = model.training
+    model.eval()
+    out: dict[int, torch.Tensor] = {}
+    for mb in micro_batches(indices, micro_batch_size):
+        tensors = _batch_tensors(batch, mb, pad_id)
+        logp = response_logprobs(model, tensors)
+        for row, i in enumerate(mb):
+            out[i] = logp[row, : len(batch.response_ids[i])].float().cpu()
+    model.train(was_training)
+    return out
+
+
+def _pad(rows: Sequence[torch.Tensor], width: int) -> torch.Tensor:
+    out = torch.zeros(len(rows), width)
+    for r, t in enumerate(rows):
+        out[r, : t.numel()] = t
+    return out
+
+
+def _normaliser(agg: str, mask: torch.Tensor, global_tokens: float, global_seqs: float) -> float:
+    """Factor that turns this micro-batch's ``agg`` mean into its share of the global mean."""
+    if agg == "token-mean":
+        return float(mask.sum()) / global_tokens
+    return float(mask.shape[0]) / global_seqs
+
+
+def update_policy(
+    actor,
+    batch: RolloutBatch,
+    minibatches: Sequence[Sequence[int]],
+    old_logprobs: dict[int, torch.Tensor],
+    ref_logprobs: dict[int, torch.Tensor] | None,
+    *,
+    settings: LossSettings,
+    micro_batch_size: int,
+    pad_id: int,
+    check_finite: Callable[[torch.Tensor, str], None],
+) -> dict[str, float]:
+    """One optimizer step per mini-batch; returns step-averaged metrics."""
+    rank, world = dist.rank(), dist.world_size()
+    sums: dict[str, float] = {}  # per micro-batch metrics
+    step_sums: dict[str, float] = {}  # per optimizer-step metrics (grad norm, lr)
+    count = 0
+    for mb_index, members in enumerate(minibatches):
+        local = shard(members, rank, world)
+        lengths = torch.tensor([len(batch.response_ids[i]) for i in local], dtype=torch.float64)
+        global_tokens = float(dist.all_reduce_sum(lengths.sum()))
+        global_seqs = float(len(members))
+        for mb in micro_batches(local, micro_batch_size):
+            tensors = _batch_tensors(batch, mb, pad_id)
+            mask = tensors["response_mask"].float()
+            logp, entropy = response_logprobs(actor.module, tensors, with_entropy=True)
+            width = logp.shape[1]
+            old = _pad([old_logprobs[i] for i in mb], width)
+            adv = batch.advantages[mb].float()
+            pg_loss, pg_metrics = losses.policy_loss(
+                logp, old, adv, mask,
+                kind=settings.kind, clip_low=settings.clip_low, clip_high=settings.clip_high,
+                dual_clip=settings.dual_clip, agg=settings.agg,
+            )
+            scale = _normaliser(settings.agg, mask, global_tokens, global_seqs)
+            loss = pg_loss * scale
+            metrics = {f"actor/{k}": float(v) for k, v in pg_metrics.items()}
+            if ref_logprobs is not None and settings.kl_coef > 0:
+                ref = _pad([ref_logprobs[i] for i in mb], width)
+                kl = losses.aggregate(losses.kl_penalty(logp, ref, kind=settings.kl_kind), mask, mode=settings.agg)
+                loss = loss + settings.kl_coef * kl * scale
+                metrics["actor/kl_loss"] = float(kl)
+            check_finite(loss, f"policy loss (mini-batch {mb_index})")
+            actor.backward(loss)
+            metrics["actor/pg_loss"] = float(pg_loss)
+            metrics["actor/entropy"] = float((entropy * mask).sum() / mask.sum().clamp_min(1))
+            for k, v in metrics.items():
+                sums[k] = sums.get(k, 0.0) + v
+            count += 1
+        for k, v in actor.step().items():
+            step_sums[k] = step_sums.get(k, 0.0) + v
+    out = {k: v / max(count, 1) for k, v in sums.items()}
+    out.update({k: v / len(minibatches) for k, v in step_sums.items()})
+    out["actor/optimizer_steps"] = float(len(minibatches))
+    return out
