@@ -60,7 +60,7 @@ class DataConfig:
     num_val: int = 200
     # Out-of-domain benchmarks evaluated at the end: generator variants (mini) or files (paper).
     ood_variants: list[str] = field(default_factory=list)
-    template: str = "thinking_boxed"
+    template: str = "fastrl_math"
     reward: str = "math"
     seed: int = 1234
     shuffle: bool = True

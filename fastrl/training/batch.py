@@ -12,6 +12,7 @@ from typing import Any, Sequence
 
 import torch
 
+from fastrl.data.schema import Record
 from fastrl.rollout.base import PromptInput
 
 
@@ -23,7 +24,7 @@ class RolloutBatch:
     texts: list[str]
     engine_logprobs: list[list[float]]
     finish_reasons: list[str]
-    answers: list[str]
+    records: list[Record]  # the question each response answers (answer, choices, ...)
     rewards: torch.Tensor = field(default_factory=lambda: torch.zeros(0))  # [N] overall reward
     accuracies: torch.Tensor = field(default_factory=lambda: torch.zeros(0))  # [N] 0/1
     advantages: torch.Tensor = field(default_factory=lambda: torch.zeros(0))  # [N]

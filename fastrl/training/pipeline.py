@@ -12,7 +12,6 @@ identical on every rank. Only the log-prob passes and the update are sharded (fa
 
 from __future__ import annotations
 
-import math
 import random
 import time
 from dataclasses import dataclass
@@ -133,14 +132,14 @@ class Trainer:
             texts=[g[2] for g in gathered],
             engine_logprobs=[list(g[3]) for g in gathered],
             finish_reasons=[g[4] for g in gathered],
-            answers=[records[g[0]].answer for g in gathered],
+            records=[records[g[0]] for g in gathered],
         )
         with timer.stage("reward"):
             self._score(batch)
         return batch
 
     def _score(self, batch: RolloutBatch) -> None:
-        scores, stats = self.policy.score(batch.texts, batch.answers)
+        scores, stats = self.policy.score(batch.texts, batch.records)
         batch.rewards = torch.tensor([s["overall"] for s in scores], dtype=torch.float32)
         batch.accuracies = torch.tensor([s["accuracy"] for s in scores], dtype=torch.float32)
         self._reward_stats = stats
@@ -172,9 +171,6 @@ class Trainer:
         return self.components.pruner(
             batch.advantages, batch.uids, batch.response_ids, dp_multiple=d, generator=g
         )
-
-    def sync_weights(self, batch: RolloutBatch, kept: RolloutBatch) -> dict[str, float]:
-        return self.policy.sync_and_check(kept)
 
     # ------------------------------------------------------------------ one step
     def train_step(self) -> dict[str, Any]:
@@ -290,7 +286,7 @@ class Trainer:
             max_new_tokens=self.cfg.rollout.max_new_tokens, seed=self.cfg.trainer.seed,
         )
         responses = self.policy.engine.generate([self.encode(r) for r in mine], 1, sampling) if mine else []
-        scores, _ = self.policy.score([r.text for r in responses], [mine[r.prompt_index].answer for r in responses])
+        scores, _ = self.policy.score([r.text for r in responses], [mine[r.prompt_index] for r in responses])
         local = [(s["accuracy"], s["overall"]) for s in scores]
         allv = [x for part in dist.all_gather_object(local) for x in part]
         acc = sum(a for a, _ in allv) / max(len(allv), 1)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Sequence
 
 import torch
 
@@ -72,10 +72,11 @@ class PolicyBundle:
         text = build_prompt_text(record, self.template)
         return self.encoder.encode(record.uid, text, list(record.images))
 
-    def score(self, texts: Sequence[str], answers: Sequence[str]) -> tuple[list[dict[str, float]], dict[str, float]]:
+    def score(self, texts: Sequence[str], records: Sequence[Record]) -> tuple[list[dict[str, float]], dict[str, float]]:
         from fastrl.rewards import score_batch
 
-        return score_batch(self.reward_name, list(texts), list(answers))
+        fields = [{"choices": r.choices, "meta": r.meta, "source": r.source, "uid": r.uid} for r in records]
+        return score_batch(self.reward_name, list(texts), [r.answer for r in records], fields)
 
     def sync_and_check(self, kept: RolloutBatch) -> dict[str, float]:
         """Push new weights to the rollout engine; for engines that hold their own copy, prove the
