@@ -23,8 +23,8 @@ def _cmd(run_dir: Path, steps: int) -> list[str]:
     ]
 
 
-def _by_step(rows: list[dict]) -> dict[int, dict]:
-    return {r["step"]: r for r in rows if "timing_s/step" in r or r.get("phase") == "val_final"}
+def _by_step(rows: list[dict]) -> dict[tuple[int, str], dict]:
+    return {(r["step"], r.get("phase", "train")): r for r in rows}
 
 
 def test_sigkill_then_resume_matches_uninterrupted(tmp_path):
