@@ -131,6 +131,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    # The `deepspeed` launcher appends --local_rank=R; the rank comes from the environment instead.
+    argv = [a for a in argv if not a.startswith("--local_rank")]
     args = build_parser().parse_args(argv)
     _default_accelerator()
     from fastrl.config import ConfigError
