@@ -165,7 +165,7 @@ def build_policy(cfg: FastRLConfig) -> PolicyBundle:
     actor = Actor(model, build_actor_config(cfg))
     reference = build_reference(path) if cfg.algorithm.kl_coef > 0 else None
     engine = build_engine(cfg, actor, tokenizer, path)
-    encoder = PromptEncoder.for_model(path, tokenizer) if hasattr(PromptEncoder, "for_model") else PromptEncoder(tokenizer)
+    encoder = PromptEncoder.from_processor(tokenizer)
     return PolicyBundle(
         cfg=cfg, path=Path(path), actor=actor, reference=reference, engine=engine, tokenizer=tokenizer,
         encoder=encoder, pad_id=_pad_id(tokenizer), reward_name=cfg.data.reward, template=cfg.data.template,
