@@ -85,10 +85,52 @@ def cmd_demo(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_eval(args: argparse.Namespace) -> int:
-    from fastrl.evaluation.cli import run_eval
+def parse_benchmark(spec: str):
+    """``name=path.parquet|jsonl`` (canonical records) or ``task[:variant]`` for a generated task."""
+    from fastrl.data.loaders import load_records
+    from fastrl.data.synthetic import generate_task
 
-    return run_eval(args)
+    if "=" in spec:
+        name, path = spec.split("=", 1)
+        return name, load_records(path)
+    task, _, variant = spec.partition(":")
+    return spec, generate_task(task, split="val", num=200, seed=1234, variant=variant or "default")
+
+
+def cmd_eval(args: argparse.Namespace) -> int:
+    from fastrl.data.templates import build_prompt_text
+    from fastrl.evaluation.evaluate import evaluate, validation_sampling
+    from fastrl.evaluation.metrics import markdown_table, write_json, write_markdown
+    from fastrl.models.builders import load_policy
+    from fastrl.models.processing import PromptEncoder
+
+    model_path = Path(args.model)
+    if (model_path / "final").is_dir():  # a run directory from `fastrl train`
+        model_path = model_path / "final"
+    model, processor = load_policy(model_path if model_path.exists() else args.model)
+    encoder = PromptEncoder.from_processor(processor)
+    if args.engine == "hf":
+        from fastrl.rollout.hf import HFRolloutEngine
+
+        tok = getattr(processor, "tokenizer", processor)
+        engine = HFRolloutEngine(model.eval(), tok, eos_token_ids=[tok.eos_token_id],
+                                 pad_token_id=tok.pad_token_id, batch_size=args.batch_size)
+    else:
+        from fastrl.rollout.vllm import VLLMRolloutEngine
+
+        engine = VLLMRolloutEngine(str(model_path), seed=args.seed, max_model_len=args.max_model_len)
+    benchmarks = dict(parse_benchmark(b) for b in args.benchmark)
+    results = evaluate(
+        engine, lambda r: encoder.encode(r.uid, build_prompt_text(r, args.template), list(r.images)),
+        benchmarks, sampling=validation_sampling(args.sampling, max_new_tokens=args.max_new_tokens, seed=args.seed),
+        k=args.k, reward_fn_name=args.reward,
+    )
+    out = Path(args.out)
+    write_json(results, out / "eval.json")
+    write_markdown(results, out / "eval.md")
+    print(markdown_table(results))
+    print(f"wrote {out / 'eval.json'} and {out / 'eval.md'}")
+    return 0
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -119,13 +161,21 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("overrides", nargs="*")
     d.set_defaults(func=cmd_demo)
 
-    e = sub.add_parser("eval", help="evaluate a checkpoint or HF model on benchmarks")
-    try:
-        from fastrl.evaluation.cli import add_arguments
-
-        add_arguments(e)
-    except ImportError:  # evaluation extras missing: the command explains itself when run
-        pass
+    e = sub.add_parser("eval", help="evaluate a trained run, a model dir or an HF model id on benchmarks")
+    e.add_argument("--model", required=True, help="run dir (uses <run>/final), model dir or HF id")
+    e.add_argument("--benchmark", action="append", required=True,
+                   help="name=path.parquet|jsonl (canonical records) or task[:variant]; repeatable")
+    e.add_argument("--engine", choices=["hf", "vllm"], default="hf")
+    e.add_argument("--sampling", choices=["greedy", "paper"], default="greedy",
+                   help="greedy, or the paper's validation sampling (T=0.6, top-p 0.95)")
+    e.add_argument("--k", type=int, default=1, help="samples per problem (avg@k, pass@k; Table 4 uses 16)")
+    e.add_argument("--reward", default="math")
+    e.add_argument("--template", default="fastrl_math")
+    e.add_argument("--max-new-tokens", type=int, default=512)
+    e.add_argument("--max-model-len", type=int, default=4096)
+    e.add_argument("--batch-size", type=int, default=32)
+    e.add_argument("--seed", type=int, default=0)
+    e.add_argument("--out", default="runs/eval")
     e.set_defaults(func=cmd_eval)
     return p
 
