@@ -356,6 +356,7 @@ class Trainer:
                         "steps": self.state.step})
         if cfg.save_every:
             self.save()
+        summary["final_model"] = str(self.policy.export(self.run_dir / "final"))
         self.logger.close()
         return summary
 

@@ -108,6 +108,20 @@ class PolicyBundle:
             engine_logp[row, : len(r.logprobs)] = torch.tensor(r.logprobs)
         return logprob_check(engine_logp, trainer_logp, batch["response_mask"], tol=self.cfg.rollout.logprob_check_tol)
 
+    def export(self, out_dir: Path) -> Path:
+        """Save the current policy as an HF model dir (with the source's tokenizer/processor files),
+        loadable by ``fastrl eval``, transformers and vLLM."""
+        self.actor.export_hf(out_dir)
+        if dist.is_main() and Path(self.path).is_dir():
+            import shutil
+
+            for f in Path(self.path).iterdir():
+                weights = f.suffix in (".safetensors", ".bin") or f.name in ("config.json", "generation_config.json")
+                if f.is_file() and not weights and not (out_dir / f.name).exists():
+                    shutil.copy2(f, out_dir / f.name)
+        dist.barrier()
+        return out_dir
+
     def after_load(self) -> None:
         """After a checkpoint restore, engines holding their own weights must be re-synced."""
         if self.engine.name != "hf":
