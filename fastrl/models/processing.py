@@ -1,0 +1,136 @@
+"""Prompt encoding: chat template, ``<image>`` expansion, token ids -> ``PromptInput``.
+
+One code path for every scale. The problem text holds one ``<image>`` placeholder per image
+(the canonical record, DESIGN.md §6). The text is wrapped by the tokenizer's chat template (the
+mini tokenizer ships a Qwen-style one), then each placeholder becomes
+``<|vision_start|>`` + ``<|image_pad|>`` x k + ``<|vision_end|>`` with
+k = prod(image_grid_thw[i]) / merge_size**2 from the image processor, exactly what
+``Qwen2_5_VLProcessor`` produces. Expanding by hand means the CPU box needs only
+``Qwen2VLImageProcessor`` (PIL backend) and the tokenizer: the full processor cannot be built
+there without torchvision.
+"""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+from typing import Any, Sequence
+
+import torch
+from PIL import Image
+
+from fastrl.data.schema import IMAGE_PLACEHOLDER
+from fastrl.rollout.base import PromptInput
+
+VISION_START = "<|vision_start|>"
+VISION_END = "<|vision_end|>"
+IMAGE_PAD = "<|image_pad|>"
+
+
+def to_pil(image: Any, *, where: str) -> Image.Image:
+    """An RGB PIL image from a PIL image, a path, raw bytes or an HF ``{"bytes": ...}`` dict."""
+    try:
+        if isinstance(image, Image.Image):
+            img = image
+        elif isinstance(image, (str, Path)):
+            img = Image.open(image)
+        elif isinstance(image, (bytes, bytearray)):
+            img = Image.open(io.BytesIO(image))
+        elif isinstance(image, dict) and image.get("bytes") is not None:
+            img = Image.open(io.BytesIO(image["bytes"]))
+        elif isinstance(image, dict) and image.get("path") is not None:
+            img = Image.open(image["path"])
+        else:
+            raise ValueError(f"unsupported image type {type(image).__name__}")
+        return img.convert("RGB")
+    except (OSError, ValueError) as err:
+        raise ValueError(f"{where}: image does not open ({err})") from err
+
+
+class PromptEncoder:
+    """Turns (uid, text with ``<image>`` placeholders, images) into a ``PromptInput``.
+
+    ``tokenizer``: any HF tokenizer; ``image_processor``: a Qwen2-VL-style image processor
+    (``patch_size``, ``merge_size``; returns ``pixel_values`` [P, C] and ``image_grid_thw``
+    [I, 3]) or None for text-only models. ``use_chat_template`` wraps the text as one user turn
+    (plus ``system_prompt`` when given) with the generation prompt appended; it needs a
+    tokenizer with a chat template. ``max_prompt_length`` (tokens, after image expansion) makes
+    a longer prompt an error instead of a silent truncation.
+    """
+
+    def __init__(
+        self,
+        tokenizer: Any,
+        image_processor: Any | None = None,
+        *,
+        use_chat_template: bool = True,
+        system_prompt: str | None = None,
+        max_prompt_length: int | None = None,
+    ) -> None:
+        if use_chat_template and not getattr(tokenizer, "chat_template", None):
+            raise ValueError("PromptEncoder: use_chat_template=True but the tokenizer has no chat_template")
+        self.tokenizer = tokenizer
+        self.image_processor = image_processor
+        self.use_chat_template = use_chat_template
+        self.system_prompt = system_prompt
+        self.max_prompt_length = max_prompt_length
+        self.image_token_id: int | None = None
+        if image_processor is not None:
+            ids = tokenizer.convert_tokens_to_ids([VISION_START, IMAGE_PAD, VISION_END])
+            if any(i is None or i == tokenizer.unk_token_id for i in ids):
+                raise ValueError(f"PromptEncoder: tokenizer lacks one of {VISION_START}, {IMAGE_PAD}, {VISION_END}")
+            self.image_token_id = ids[1]
+
+    @classmethod
+    def from_processor(cls, tokenizer_or_processor: Any, **kwargs: Any) -> "PromptEncoder":
+        """From ``load_policy``'s second value: a tokenizer, an HF processor or VLProcessorParts."""
+        if hasattr(tokenizer_or_processor, "tokenizer"):
+            return cls(tokenizer_or_processor.tokenizer,
+                       getattr(tokenizer_or_processor, "image_processor", None), **kwargs)
+        return cls(tokenizer_or_processor, None, **kwargs)
+
+    def format_text(self, text: str) -> str:
+        """The prompt string before image expansion (chat template applied when enabled)."""
+        if not self.use_chat_template:
+            return text
+        messages = []
+        if self.system_prompt is not None:
+            messages.append({"role": "system", "content": self.system_prompt})
+        messages.append({"role": "user", "content": text})
+        return self.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+
+    def encode(self, uid: str, text: str, images: Sequence[Any]) -> PromptInput:
+        """Encode one prompt. ``model_inputs`` for VL: ``pixel_values`` [P, C],
+        ``image_grid_thw`` [I, 3], ``mm_token_type_ids`` [L] (1 on image tokens, else 0)."""
+        n_placeholders = text.count(IMAGE_PLACEHOLDER)
+        if n_placeholders != len(images):
+            raise ValueError(
+                f"uid={uid}: problem has {n_placeholders} {IMAGE_PLACEHOLDER} placeholders but {len(images)} images"
+            )
+        if images and self.image_processor is None:
+            raise ValueError(f"uid={uid}: prompt has {len(images)} images but the model has no image processor")
+        prompt = self.format_text(text)
+        pil = [to_pil(im, where=f"uid={uid} image {i}") for i, im in enumerate(images)]
+        model_inputs: dict[str, torch.Tensor] = {}
+        if pil:
+            out = self.image_processor(images=pil, return_tensors="pt")
+            grid = out["image_grid_thw"]  # [I, 3]: temporal, height, width patches
+            merge = int(self.image_processor.merge_size)
+            counts = (grid.prod(dim=-1) // (merge * merge)).tolist()
+            pieces = prompt.split(IMAGE_PLACEHOLDER)
+            prompt = pieces[0]
+            for k, tail in zip(counts, pieces[1:]):
+                prompt += VISION_START + IMAGE_PAD * int(k) + VISION_END + tail
+            model_inputs["pixel_values"] = out["pixel_values"]
+            model_inputs["image_grid_thw"] = grid
+        ids = self.tokenizer(prompt, add_special_tokens=False)["input_ids"]
+        if self.max_prompt_length is not None and len(ids) > self.max_prompt_length:
+            raise ValueError(f"uid={uid}: prompt is {len(ids)} tokens, max_prompt_length={self.max_prompt_length}")
+        if pil:
+            id_tensor = torch.tensor(ids, dtype=torch.long)
+            n_img_tokens = int((id_tensor == self.image_token_id).sum())
+            expected = int(sum(counts))
+            if n_img_tokens != expected:  # e.g. a placeholder the chat template dropped
+                raise ValueError(f"uid={uid}: {n_img_tokens} image tokens after tokenization, expected {expected}")
+            model_inputs["mm_token_type_ids"] = (id_tensor == self.image_token_id).to(torch.int32)
+        return PromptInput(uid=uid, prompt_ids=list(ids), images=pil, model_inputs=model_inputs)

@@ -1,0 +1,234 @@
+"""The ``hf`` rollout engine: batched transformers ``generate`` with KV cache (the CPU default).
+
+- Prompt-major output; ``n`` may be one int or one per prompt (ragged groups).
+- Left padding, sampling with temperature / top-p / top-k, greedy when ``temperature == 0``.
+- Seeded: with ``sampling.seed`` set, chunk c is sampled under ``torch.manual_seed(seed + c)``
+  inside a forked RNG, so the caller's global RNG stream is left untouched; the same prompts,
+  ``n``, seed and ``batch_size`` give the same responses.
+- ``Response.logprobs`` are log-probs of the sampled tokens under the RAW logits (temperature 1,
+  before top-k/top-p), i.e. the policy's own log pi, comparable to ``response_logprobs`` at
+  temperature 1.
+- Multimodal placeholder tokens (``<|image_pad|>``, ``<|vision_start|>``, ...) are never sampled
+  (``suppress_token_ids``); log-probs still come from the unsuppressed raw logits.
+- ``response_ids`` stop after the first EOS, which is kept (as verl does); ``finish_reason`` is
+  ``"stop"`` then, ``"length"`` when ``max_new_tokens`` ran out first.
+
+Weights: the engine holds a reference to a ``torch.nn.Module``. Colocated with the trainer it is
+usually the very module being trained, so ``sync_weights`` finds each incoming tensor already in
+place and copies nothing. Given a separate copy it copies the tensors in.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any, Iterable, Sequence
+
+import torch
+from transformers import GenerationConfig
+
+from fastrl.models.forward import collate
+from fastrl.rollout.base import PromptInput, Response, SamplingConfig
+
+log = logging.getLogger(__name__)
+
+
+def _expand_n(n: int | Sequence[int], num_prompts: int) -> list[int]:
+    ns = [int(n)] * num_prompts if isinstance(n, int) else [int(x) for x in n]
+    if len(ns) != num_prompts:
+        raise ValueError(f"HFRolloutEngine.generate: n has {len(ns)} entries for {num_prompts} prompts")
+    bad = [(i, x) for i, x in enumerate(ns) if x < 0]
+    if bad:
+        raise ValueError(f"HFRolloutEngine.generate: negative n for prompts (index, n) {bad[:5]}")
+    return ns
+
+
+def multimodal_token_ids(config: Any) -> list[int]:
+    """Ids of image/video placeholder and vision-boundary tokens a model config names.
+
+    A response containing one would be read as an image slot by the next forward (Qwen2.5-VL
+    raises "Image features and image tokens do not match"), so the engine never samples them.
+    """
+    names = ("image_token_id", "video_token_id", "vision_start_token_id", "vision_end_token_id")
+    return sorted({int(v) for k in names if (v := getattr(config, k, None)) is not None})
+
+
+def generation_config(sampling: SamplingConfig, *, eos_token_ids: Sequence[int], pad_token_id: int,
+                      suppress_token_ids: Sequence[int] = ()) -> GenerationConfig:
+    """A GenerationConfig that fixes every sampling knob explicitly.
+
+    transformers fills unset fields from the checkpoint's generation_config.json (Qwen ships
+    ``repetition_penalty`` 1.05, ``top_k`` 20, ...); setting them here keeps the sampling
+    distribution exactly the policy's at ``sampling.temperature``.
+    """
+    if sampling.temperature < 0:
+        raise ValueError(f"SamplingConfig.temperature must be >= 0, got {sampling.temperature}")
+    if not 0 < sampling.top_p <= 1:
+        raise ValueError(f"SamplingConfig.top_p must be in (0, 1], got {sampling.top_p}")
+    if sampling.top_k < 0:
+        raise ValueError(f"SamplingConfig.top_k must be >= 0 (0 = off), got {sampling.top_k}")
+    if sampling.max_new_tokens < 1:
+        raise ValueError(f"SamplingConfig.max_new_tokens must be >= 1, got {sampling.max_new_tokens}")
+    common: dict[str, Any] = dict(
+        max_new_tokens=sampling.max_new_tokens,
+        min_new_tokens=0,
+        eos_token_id=list(eos_token_ids),
+        pad_token_id=pad_token_id,
+        bos_token_id=None,
+        repetition_penalty=1.0,
+        no_repeat_ngram_size=0,
+        num_beams=1,
+        use_cache=True,
+        output_logits=True,
+        return_dict_in_generate=True,
+        suppress_tokens=list(suppress_token_ids) or None,
+    )
+    if sampling.temperature == 0:
+        return GenerationConfig(do_sample=False, **common)
+    return GenerationConfig(
+        do_sample=True,
+        temperature=sampling.temperature,
+        top_p=sampling.top_p,
+        top_k=sampling.top_k,  # 0 disables top-k in transformers
+        min_p=None,
+        typical_p=1.0,
+        epsilon_cutoff=0.0,
+        eta_cutoff=0.0,
+        **common,
+    )
+
+
+class HFRolloutEngine:
+    """RolloutEngine over an HF causal LM / Qwen2.5-VL model (see module docstring)."""
+
+    name = "hf"
+
+    def __init__(
+        self,
+        model: torch.nn.Module,
+        tokenizer: Any,
+        *,
+        eos_token_ids: Sequence[int],
+        pad_token_id: int,
+        batch_size: int,
+        suppress_token_ids: Sequence[int] | None = None,
+    ) -> None:
+        if batch_size < 1:
+            raise ValueError(f"HFRolloutEngine: batch_size must be >= 1, got {batch_size}")
+        if not eos_token_ids:
+            raise ValueError("HFRolloutEngine: eos_token_ids is empty")
+        self.model = model
+        self.tokenizer = tokenizer
+        self.eos_token_ids = [int(e) for e in eos_token_ids]
+        self.pad_token_id = int(pad_token_id)
+        self.batch_size = batch_size
+        # None: the model's multimodal placeholder tokens (see multimodal_token_ids).
+        self.suppress_token_ids = (multimodal_token_ids(getattr(model, "config", None))
+                                   if suppress_token_ids is None else [int(t) for t in suppress_token_ids])
+        self.num_synced_tensors = 0  # tensors actually copied by sync_weights (0 when colocated)
+
+    # ------------------------------------------------------------------------------------------
+    def generate(self, prompts: Sequence[PromptInput], n: int | Sequence[int], sampling: SamplingConfig) -> list[Response]:
+        """Sample ``n`` (or ``n[i]``) responses per prompt, prompt-major order."""
+        ns = _expand_n(n, len(prompts))
+        flat = [i for i, k in enumerate(ns) for _ in range(k)]  # prompt index of each sequence
+        gen_cfg = generation_config(sampling, eos_token_ids=self.eos_token_ids, pad_token_id=self.pad_token_id,
+                                    suppress_token_ids=self.suppress_token_ids)
+        was_training = self.model.training
+        self.model.eval()
+        responses: list[Response] = []
+        try:
+            for c, start in enumerate(range(0, len(flat), self.batch_size)):
+                idx = flat[start:start + self.batch_size]
+                chunk_seed = None if sampling.seed is None else sampling.seed + c
+                responses += self._generate_chunk([prompts[i] for i in idx], idx, gen_cfg, chunk_seed)
+        finally:
+            self.model.train(was_training)
+            self._reset_rope_cache()
+        return responses
+
+    def _generate_chunk(
+        self, chunk: list[PromptInput], prompt_index: list[int], gen_cfg: GenerationConfig, seed: int | None
+    ) -> list[Response]:
+        device = next(self.model.parameters()).device
+        # collate with empty responses = left-padded prompts plus image tensors.
+        batch = collate(chunk, [[] for _ in chunk], self.pad_token_id)
+        kwargs: dict[str, Any] = {
+            "input_ids": batch["input_ids"].to(device),
+            "attention_mask": batch["attention_mask"].to(device),
+        }
+        for key in ("pixel_values", "image_grid_thw", "mm_token_type_ids"):
+            if key in batch:
+                kwargs[key] = batch[key].to(device)
+        P = batch["input_ids"].shape[1]
+        with torch.no_grad():
+            if seed is None:
+                out = self.model.generate(**kwargs, generation_config=gen_cfg)
+            else:
+                devices = [device] if device.type == "cuda" else []
+                with torch.random.fork_rng(devices=devices):
+                    torch.manual_seed(seed)
+                    out = self.model.generate(**kwargs, generation_config=gen_cfg)
+        gen = out.sequences[:, P:].cpu()  # [b, T]
+        T = gen.shape[1]
+        if len(out.logits) != T:
+            raise RuntimeError(f"HFRolloutEngine: generate returned {len(out.logits)} logit steps for {T} tokens")
+        # log-softmax of the raw logits, one step at a time: never a [b, T, V] float copy.
+        logps = torch.stack(
+            [torch.log_softmax(step.float(), dim=-1).gather(-1, gen[:, t:t + 1].to(step.device)).squeeze(-1).cpu()
+             for t, step in enumerate(out.logits)],
+            dim=1,
+        ) if T else torch.zeros((gen.shape[0], 0))
+        eos = torch.tensor(self.eos_token_ids)
+        results = []
+        for row in range(gen.shape[0]):
+            toks = gen[row]
+            is_eos = torch.isin(toks, eos).nonzero()
+            if len(is_eos):
+                end, reason = int(is_eos[0]) + 1, "stop"
+            else:
+                end, reason = T, "length"
+            ids = toks[:end].tolist()
+            results.append(Response(
+                prompt_index=prompt_index[row],
+                response_ids=ids,
+                text=self.tokenizer.decode(ids, skip_special_tokens=True),
+                logprobs=logps[row, :end].tolist(),
+                finish_reason=reason,
+            ))
+        return results
+
+    def _reset_rope_cache(self) -> None:
+        """Drop Qwen2.5-VL's cached multimodal RoPE offsets left by ``generate``.
+
+        The next training forward recomputes them anyway; clearing them keeps no stale,
+        batch-shaped state on the shared module.
+        """
+        inner = getattr(self.model, "model", None)
+        if inner is not None and hasattr(inner, "rope_deltas"):
+            inner.rope_deltas = None
+
+    # ------------------------------------------------------------------------------------------
+    def sync_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]]) -> None:
+        """Load new weights (HF parameter names) into the engine's model.
+
+        Colocated (the engine's model IS the trainer's module) every tensor is already the
+        engine's own parameter and nothing is copied. Otherwise each tensor is copied in place
+        (shape checked). Unknown names are an error naming the parameter.
+        """
+        state = self.model.state_dict(keep_vars=True)
+        copied = 0
+        with torch.no_grad():
+            for name, tensor in named_tensors:
+                if name not in state:
+                    raise ValueError(f"HFRolloutEngine.sync_weights: unknown parameter {name!r}")
+                target = state[name]
+                if target is tensor or (target.data_ptr() == tensor.data_ptr() and target.device == tensor.device):
+                    continue
+                if target.shape != tensor.shape:
+                    raise ValueError(
+                        f"HFRolloutEngine.sync_weights: {name} has shape {tuple(tensor.shape)}, "
+                        f"engine expects {tuple(target.shape)}"
+                    )
+                target.copy_(tensor.to(device=target.device, dtype=target.dtype))
+                copied += 1
+        self.num_synced_tensors += copied
