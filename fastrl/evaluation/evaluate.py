@@ -1,0 +1,124 @@
+"""``evaluate()``: generate k responses per problem with a rollout engine, score, aggregate.
+
+The model side is the caller's: ``engine`` implements ``fastrl.rollout.base.RolloutEngine`` and
+``encode_prompt(record) -> PromptInput`` builds the prompt (template + tokenizer + images).
+Sampling: ``GREEDY`` (temperature 0, k = 1) or the paper's validation setting
+``PAPER_VALIDATION`` (T = 0.6, top-p 0.95, n = 1; use k > 1 for avg@k / pass@k).
+
+A sample counts as correct when its ``accuracy`` ≥ ``correct_threshold`` (default 0.5: for the
+binary rewards that is accuracy = 1; for ``grounding_iou`` it is the usual IoU ≥ 0.5).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from typing import Any, Callable, Mapping, Sequence
+
+from fastrl.data.schema import Record
+from fastrl.evaluation.metrics import average_over_benchmarks, benchmark_metrics
+from fastrl.rewards import get_reward_fn, score_batch
+from fastrl.rewards.timebox import DEFAULT_TIMEOUT_S
+from fastrl.rollout.base import PromptInput, Response, RolloutEngine, SamplingConfig
+
+GREEDY = SamplingConfig(temperature=0.0, top_p=1.0, top_k=0, max_new_tokens=2048)
+PAPER_VALIDATION = SamplingConfig(temperature=0.6, top_p=0.95, top_k=0, max_new_tokens=2048)
+
+
+def validation_sampling(kind: str, *, max_new_tokens: int, seed: int | None = None) -> SamplingConfig:
+    """``greedy`` or ``paper`` (T = 0.6, top-p 0.95) with the given length and seed."""
+    presets = {"greedy": GREEDY, "paper": PAPER_VALIDATION}
+    if kind not in presets:
+        raise ValueError(f"unknown validation sampling {kind!r}; valid: {sorted(presets)}")
+    return dataclasses.replace(presets[kind], max_new_tokens=max_new_tokens, seed=seed)
+
+
+def _group_by_prompt(responses: Sequence[Response], n_prompts: int, k: int, bench: str) -> list[list[Response]]:
+    groups: list[list[Response]] = [[] for _ in range(n_prompts)]
+    for r in responses:
+        if not 0 <= r.prompt_index < n_prompts:
+            raise ValueError(f"{bench}: engine returned prompt_index {r.prompt_index} for {n_prompts} prompts")
+        groups[r.prompt_index].append(r)
+    for i, g in enumerate(groups):
+        if len(g) != k:
+            raise ValueError(f"{bench}: engine returned {len(g)} responses for prompt {i}, expected k={k}")
+    return groups
+
+
+def evaluate(
+    engine: RolloutEngine,
+    encode_prompt: Callable[[Record], PromptInput],
+    benchmarks: Mapping[str, Sequence[Record]],
+    *,
+    sampling: SamplingConfig,
+    k: int,
+    reward_fn_name: str | Mapping[str, str],
+    correct_threshold: float = 0.5,
+    reward_timeout_s: float = DEFAULT_TIMEOUT_S,
+    keep_responses: bool = False,
+) -> dict[str, Any]:
+    """Evaluate ``engine`` on each benchmark; returns a JSON-ready dict.
+
+    ``reward_fn_name`` is one registry name for all benchmarks or a per-benchmark mapping.
+    Result: ``{"k", "sampling", "reward_fn", "benchmarks": {name: {n_problems, accuracy, avg@k,
+    pass@k, pass@1, mean_reward, format_rate, reward/failures, reward/timeouts, gen_s}},
+    "average": {...}, "per_problem": {name: [{uid, n_correct, scores[, responses]}]}}``.
+    """
+    if k < 1:
+        raise ValueError(f"k must be >= 1, got {k}")
+    if k > 1 and sampling.temperature == 0.0:
+        raise ValueError("k > 1 with greedy decoding gives k identical samples; use sampling (e.g. PAPER_VALIDATION)")
+    if not benchmarks:
+        raise ValueError("evaluate: no benchmarks given")
+    fn_names = {b: (reward_fn_name if isinstance(reward_fn_name, str) else reward_fn_name[b]) for b in benchmarks}
+    for name in fn_names.values():
+        get_reward_fn(name)
+
+    per_bench: dict[str, dict[str, float]] = {}
+    per_problem: dict[str, list[dict[str, Any]]] = {}
+    for bench, records in benchmarks.items():
+        if not records:
+            raise ValueError(f"benchmark {bench!r} has no records")
+        prompts = [encode_prompt(r) for r in records]
+        t0 = time.perf_counter()
+        responses = engine.generate(prompts, k, sampling)
+        gen_s = time.perf_counter() - t0
+        groups = _group_by_prompt(responses, len(records), k, bench)
+        flat = [(rec, resp) for rec, g in zip(records, groups) for resp in g]
+        scores, stats = score_batch(
+            fn_names[bench],
+            [resp.text for _, resp in flat],
+            [rec.answer for rec, _ in flat],
+            [{"choices": rec.choices, "meta": rec.meta, "source": rec.source, "uid": rec.uid} for rec, _ in flat],
+            timeout_s=reward_timeout_s,
+        )
+        correct = [[scores[i * k + j]["accuracy"] >= correct_threshold for j in range(k)] for i in range(len(records))]
+        m = benchmark_metrics(correct, k)
+        m["mean_reward"] = sum(s["overall"] for s in scores) / len(scores)
+        m["format_rate"] = sum(s["format"] for s in scores) / len(scores)
+        m["reward/failures"] = stats["reward/failures"]
+        m["reward/timeouts"] = stats["reward/timeouts"]
+        m["gen_s"] = gen_s
+        per_bench[bench] = m
+        rows = []
+        for i, rec in enumerate(records):
+            row: dict[str, Any] = {
+                "uid": rec.uid,
+                "n_correct": int(sum(correct[i])),
+                "scores": [scores[i * k + j] for j in range(k)],
+            }
+            if keep_responses:
+                row["responses"] = [groups[i][j].text for j in range(k)]
+            rows.append(row)
+        per_problem[bench] = rows
+
+    metric_keys = ["accuracy", f"avg@{k}", f"pass@{k}", "pass@1", "mean_reward", "format_rate"]
+    return {
+        "k": k,
+        "sampling": dataclasses.asdict(sampling),
+        "reward_fn": fn_names,
+        "correct_threshold": correct_threshold,
+        "benchmarks": per_bench,
+        "average": average_over_benchmarks(per_bench, list(dict.fromkeys(metric_keys))),
+        "per_problem": per_problem,
+    }
