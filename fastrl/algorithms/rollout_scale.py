@@ -1,0 +1,210 @@
+"""Rollouts-per-prompt policies: ARS (Adaptive Rollout Sampling) and the fixed-n baseline.
+
+ARS (DESIGN §4; the paper states the rule only qualitatively, this formula is our reading and
+every constant is configurable). Over a period (an epoch, or ``ars.period_steps`` steps) the
+scaler collects the kept count k_q of each question (how many responses MDAP kept). At the
+period's end, with k̄ = mean k_q, k_max = max k_q, retention ρ = k̄ / n:
+
+* if ρ >= ρ_high (0.9): grow, n_next = min(n + Δ, n_max), Δ = 2 — almost everything survived
+  pruning, so more rollouts may still be informative;
+* else n_next = clip(⌈k̄ + β (k_max − k̄)⌉ + h, n_min, n_max), β = 0.5, headroom h = 1.
+
+n_max defaults to the initial n, n_min to 4, and n never goes below 2 (GRPO needs a group). A
+period without observations leaves n unchanged. Each decision and its inputs are kept in
+``last_decision`` for logging.
+
+Per-prompt mode (beyond the paper, off by default): the same rule on each prompt's own kept
+counts, so prompts whose responses collapse get fewer rollouts than diverse ones.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+from typing import Any, Hashable, Mapping, Sequence
+
+from fastrl.algorithms._common import check_positive_int
+
+KeptCounts = Mapping[Hashable, int] | Sequence[int]
+
+
+def ars_next_n(
+    kept: Sequence[int],
+    n: int,
+    *,
+    n_min: int,
+    n_max: int,
+    beta: float,
+    headroom: int,
+    rho_high: float,
+    grow_step: int,
+    n_obs: Sequence[int] | None = None,
+) -> tuple[int, dict[str, float]]:
+    """One ARS decision from a period's kept counts.
+
+    Args:
+        kept: kept count of each observed question in the period (may be empty).
+        n: the current rollouts per prompt.
+        n_obs: the n each count was observed under (default: all ``n``); retention is
+            ρ = mean(kept) / mean(n_obs), which is k̄ / n when n did not vary.
+        n_min, n_max, beta, headroom, rho_high, grow_step: see the module docstring.
+
+    Returns:
+        ``(n_next, decision)``; decision has k_mean, k_max, rho, n_prev, n_next, grew (0/1) and
+        num_observations (k_mean/k_max/rho are NaN for an empty period, and n_next = n).
+    """
+    if not kept:
+        return n, {"k_mean": math.nan, "k_max": math.nan, "rho": math.nan, "n_prev": float(n),
+                   "n_next": float(n), "grew": 0.0, "num_observations": 0.0}
+    k_mean = sum(kept) / len(kept)
+    k_max = max(kept)
+    n_ref = sum(n_obs) / len(n_obs) if n_obs else float(n)
+    rho = k_mean / n_ref
+    grew = rho >= rho_high
+    if grew:
+        n_next = min(n + grow_step, n_max)
+    else:
+        # -1e-9: k̄ + β (k_max - k̄) that is an integer up to rounding must not ceil one higher.
+        n_next = math.ceil(k_mean + beta * (k_max - k_mean) - 1e-9) + headroom
+    n_next = max(n_min, min(n_max, n_next))
+    return n_next, {"k_mean": k_mean, "k_max": float(k_max), "rho": rho, "n_prev": float(n),
+                    "n_next": float(n_next), "grew": float(grew), "num_observations": float(len(kept))}
+
+
+def _as_count(k: Any, where: str, label: str) -> int:
+    if isinstance(k, bool) or not isinstance(k, (numbers.Integral, float)) or int(k) != k or k < 0:
+        raise ValueError(f"{where}: kept count {label} = {k!r} must be a non-negative integer")
+    return int(k)
+
+
+class AdaptiveRolloutScaler:
+    """ARS: adapts the number of rollouts per prompt from the kept-count history.
+
+    Use: ``n = scaler.n`` (or ``scaler.n_for(uid)``) for the rollout; after pruning
+    ``scaler.observe({uid: kept})``; at the end of each period ``scaler.end_period()``.
+    """
+
+    def __init__(
+        self,
+        n_init: int = 8,
+        n_min: int = 4,
+        n_max: int | None = None,
+        beta: float = 0.5,
+        headroom: int = 1,
+        rho_high: float = 0.9,
+        grow_step: int = 2,
+        per_prompt: bool = False,
+    ) -> None:
+        where = "AdaptiveRolloutScaler"
+        check_positive_int(n_init, "n_init", where, minimum=2)
+        check_positive_int(n_min, "n_min", where, minimum=2)
+        n_max = n_init if n_max is None else n_max
+        check_positive_int(n_max, "n_max", where, minimum=2)
+        if n_min > n_max:
+            raise ValueError(f"{where}: n_min = {n_min} > n_max = {n_max}")
+        if not n_min <= n_init <= n_max:
+            raise ValueError(f"{where}: n_init = {n_init} must lie in [n_min, n_max] = [{n_min}, {n_max}]")
+        if isinstance(beta, bool) or not isinstance(beta, (int, float)) or not math.isfinite(beta) or beta < 0:
+            raise ValueError(f"{where}: beta = {beta!r} must be a finite number >= 0")
+        check_positive_int(headroom, "headroom", where, minimum=0)
+        if isinstance(rho_high, bool) or not isinstance(rho_high, (int, float)) or not 0 < rho_high <= 1:
+            raise ValueError(f"{where}: rho_high = {rho_high!r} must lie in (0, 1]")
+        check_positive_int(grow_step, "grow_step", where, minimum=0)
+        self.n_init, self.n_min, self.n_max = n_init, n_min, n_max
+        self.beta, self.headroom, self.rho_high, self.grow_step = float(beta), headroom, float(rho_high), grow_step
+        self.per_prompt = bool(per_prompt)
+        self._n = n_init
+        self._period: list[tuple[Hashable | None, int, int]] = []  # (uid, kept, n it was observed under)
+        self._prompt_n: dict[Hashable, int] = {}
+        self.last_decision: dict[str, float] = {}
+
+    @property
+    def n(self) -> int:
+        """The global rollouts per prompt (per-prompt mode: the n of prompts with no history)."""
+        return self._n
+
+    def n_for(self, uid: Hashable) -> int:
+        """Rollouts for prompt ``uid``: its own n in per-prompt mode once it has history, else ``n``."""
+        if self.per_prompt:
+            return self._prompt_n.get(uid, self._n)
+        return self._n
+
+    def _rule(self, kept: Sequence[int], n: int, n_obs: Sequence[int] | None) -> tuple[int, dict[str, float]]:
+        return ars_next_n(kept, n, n_min=self.n_min, n_max=self.n_max, beta=self.beta,
+                          headroom=self.headroom, rho_high=self.rho_high, grow_step=self.grow_step,
+                          n_obs=n_obs)
+
+    def observe(self, kept_counts: KeptCounts) -> None:
+        """Record one step's kept counts: ``{uid: kept}`` or a sequence of ints (global mode only).
+
+        Each count must be an integer in [0, n] for the n its prompt was rolled out with.
+        """
+        where = f"{type(self).__name__}.observe"
+        if isinstance(kept_counts, Mapping):
+            items: list[tuple[Hashable | None, Any]] = list(kept_counts.items())
+        else:
+            if self.per_prompt:
+                raise ValueError(f"{where}: per-prompt mode needs a mapping uid -> kept count, got "
+                                 f"{type(kept_counts).__name__}")
+            items = [(None, k) for k in kept_counts]
+        rows = []
+        for uid, k in items:
+            label = f"[{uid!r}]" if uid is not None else f"#{len(rows)}"
+            kk = _as_count(k, where, label)
+            n_q = self.n_for(uid) if uid is not None else self._n
+            if kk > n_q:
+                raise ValueError(f"{where}: kept count {label} = {kk} exceeds the {n_q} rollouts of that prompt")
+            rows.append((uid, kk, n_q))
+        self._period.extend(rows)
+
+    def end_period(self) -> int:
+        """Close the period: apply the rule (global, and per prompt in per-prompt mode); returns ``n``."""
+        kept = [k for _, k, _ in self._period]
+        n_obs = [nq for _, _, nq in self._period]
+        self._n, self.last_decision = self._rule(kept, self._n, n_obs)
+        if self.per_prompt:
+            by_uid: dict[Hashable, list[tuple[int, int]]] = {}
+            for uid, k, nq in self._period:
+                by_uid.setdefault(uid, []).append((k, nq))
+            changed = 0
+            for uid, obs in by_uid.items():
+                n_prev = obs[-1][1]
+                n_next, _ = self._rule([k for k, _ in obs], n_prev, [nq for _, nq in obs])
+                changed += n_next != n_prev
+                self._prompt_n[uid] = n_next
+            self.last_decision["per_prompt_changed"] = float(changed)
+            self.last_decision["per_prompt_tracked"] = float(len(self._prompt_n))
+        self._period = []
+        return self._n
+
+    def state_dict(self) -> dict[str, Any]:
+        """Everything needed to resume: current n, the open period, per-prompt n, last decision."""
+        return {
+            "n": self._n,
+            "period": [list(r) for r in self._period],
+            "prompt_n": [[u, v] for u, v in self._prompt_n.items()],
+            "last_decision": dict(self.last_decision),
+        }
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Restore from :meth:`state_dict` (hyper-parameters come from the constructor)."""
+        missing = [k for k in ("n", "period", "prompt_n", "last_decision") if k not in state]
+        if missing:
+            raise ValueError(f"{type(self).__name__}.load_state_dict: missing keys {missing}")
+        self._n = int(state["n"])
+        self._period = [(u, int(k), int(nq)) for u, k, nq in state["period"]]
+        self._prompt_n = {u: int(v) for u, v in state["prompt_n"]}
+        self.last_decision = dict(state["last_decision"])
+
+
+class FixedRolloutScaler(AdaptiveRolloutScaler):
+    """Fixed n (every baseline): same interface as ARS; ``end_period`` logs the kept-count
+    statistics ARS would have used but never changes n."""
+
+    def __init__(self, n: int = 8) -> None:
+        super().__init__(n_init=n, n_min=n, n_max=n)
+
+    def _rule(self, kept: Sequence[int], n: int, n_obs: Sequence[int] | None) -> tuple[int, dict[str, float]]:
+        _, decision = super()._rule(kept, n, n_obs)
+        decision["n_next"], decision["grew"] = float(n), 0.0
+        return n, decision
