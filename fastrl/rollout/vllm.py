@@ -34,6 +34,8 @@ This module imports vLLM lazily: ``fastrl`` stays importable without it.
 
 from __future__ import annotations
 
+import importlib.util
+import json
 import os
 import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
@@ -172,6 +174,27 @@ def collapse_image_tokens(prompt_ids: Sequence[int], image_token_id: int) -> lis
     return out
 
 
+def check_vl_support(model_dir: str | os.PathLike[str]) -> None:
+    """Fail early, with the reason, where vLLM cannot run this model's vision tower.
+
+    vLLM's Qwen2-VL family (``vllm/model_executor/models/qwen2_vl.py``) imports transformers'
+    Qwen2-VL image processor, which imports torchvision; the CPU stack must not install
+    torchvision (its wheels break beside CPU torch), so there vLLM cannot even inspect the model.
+    """
+    config_path = os.path.join(model_dir, "config.json")
+    if not os.path.isfile(config_path):
+        return  # vLLM reports a missing or hub-hosted config itself
+    with open(config_path, encoding="utf-8") as fh:
+        config = json.load(fh)
+    if "vision_config" in config and importlib.util.find_spec("torchvision") is None:
+        raise ValueError(
+            f"{config_path}: model_type={config.get('model_type')!r} is a vision-language model, "
+            "and vLLM's vision models import torchvision, which is not installed (the CPU stack "
+            "leaves it out: it breaks beside CPU torch). Use rollout.engine=hf for VL models on "
+            "CPU, or the GPU stack (pip install -e .[gpu]) for vLLM."
+        )
+
+
 def _finish_reason(reason: str | None, where: str) -> str:
     if reason in ("stop", "length"):
         return reason
@@ -302,6 +325,7 @@ class VLLMRolloutEngine:
             raise ValueError(f"sync_method={sync_method!r}; valid: {', '.join(SYNC_METHODS)}")
         if not os.path.isdir(model_dir):
             raise ValueError(f"VLLMRolloutEngine: model_dir {str(model_dir)!r} is not a folder")
+        check_vl_support(model_dir)
         # The model must live in this process: weights are pushed by reference and the worker
         # is reached through collective_rpc without serialisation.
         mp_flag = os.environ.get("VLLM_ENABLE_V1_MULTIPROCESSING")
@@ -368,6 +392,14 @@ class VLLMRolloutEngine:
         self.max_model_len = max_model_len
         hf_config = self._llm.llm_engine.model_config.hf_config
         self._image_token_id: int | None = getattr(hf_config, "image_token_id", None)
+        # As the hf engine: a sampled image/vision placeholder would be read as an image slot by
+        # the trainer's next forward, so those ids are never sampled (-100 is vLLM's bias floor,
+        # i.e. p < 1e-43). Raw log-probs are taken before logit processors, so stay unbiased.
+        self._suppress_bias: dict[int, float] = {
+            int(v): -100.0
+            for k in ("image_token_id", "video_token_id", "vision_start_token_id", "vision_end_token_id")
+            if (v := getattr(hf_config, k, None)) is not None
+        }
         self._sleep_enabled = enable_sleep_mode
         self.last_sync: dict[str, float] = {}
 
@@ -424,6 +456,7 @@ class VLLMRolloutEngine:
                     max_tokens=sampling.max_new_tokens,
                     seed=seeds[i],
                     logprobs=0,  # only the sampled token's log-prob
+                    logit_bias=dict(self._suppress_bias) or None,
                 )
             )
             owners.append(i)

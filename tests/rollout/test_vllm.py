@@ -21,6 +21,7 @@ import torch
 
 from fastrl.rollout.base import PromptInput, SamplingConfig
 from fastrl.rollout.vllm import (
+    check_vl_support,
     collapse_image_tokens,
     expand_n,
     logprob_check,
@@ -82,6 +83,20 @@ def test_collapse_image_tokens():
     pad = 6
     assert collapse_image_tokens([1, 4, pad, pad, pad, 5, 9, 4, pad, pad, 5], pad) == [1, 4, pad, 5, 9, 4, pad, 5]
     assert collapse_image_tokens([1, 2, 3], pad) == [1, 2, 3]
+
+
+def test_vl_model_without_torchvision_is_a_clear_error(tmp_path):
+    import importlib.util
+    import json
+
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": "qwen2_5_vl", "vision_config": {}}))
+    if importlib.util.find_spec("torchvision") is not None:
+        check_vl_support(tmp_path)  # vLLM can import its VL models here: no error
+        return
+    with pytest.raises(ValueError, match="torchvision, which is not installed"):
+        check_vl_support(tmp_path)
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": "qwen2"}))
+    check_vl_support(tmp_path)
 
 
 # --------------------------------------------------------------------------------------------
