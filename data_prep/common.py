@@ -78,11 +78,31 @@ class PrepResult:
 # reading
 
 
+def _undecoded_image_feature(feat: Any) -> Any | None:
+    """The same feature with images left as ``{"bytes", "path"}`` (None if it holds no image)."""
+    import datasets
+
+    if isinstance(feat, datasets.Image):
+        return datasets.Image(decode=False)
+    inner = getattr(feat, "feature", None)
+    if inner is not None and isinstance(inner, datasets.Image):
+        return type(feat)(datasets.Image(decode=False))
+    if isinstance(feat, list) and len(feat) == 1 and isinstance(feat[0], datasets.Image):
+        return [datasets.Image(decode=False)]
+    return None
+
+
 def load_hub_rows(hub_id: str, split: str, config: str | None = None) -> Iterator[dict[str, Any]]:
-    """Rows of a hub dataset (needs network or a populated HF cache); images come as PIL."""
+    """Rows of a hub dataset (needs network or a populated HF cache). Image columns are read
+    undecoded, so the source's own JPEG/PNG bytes are stored (no lossy re-encode) and rows look
+    exactly like the ``--from-local`` parquet rows."""
     import datasets  # heavy import, only on this path
 
     ds = datasets.load_dataset(hub_id, config, split=split)
+    for name, feat in ds.features.items():
+        undecoded = _undecoded_image_feature(feat)
+        if undecoded is not None:
+            ds = ds.cast_column(name, undecoded)
     for row in ds:
         yield dict(row)
 

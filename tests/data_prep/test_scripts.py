@@ -143,3 +143,28 @@ def test_all_writes_table6(tmp_path: Path):
     assert kinds["MathVista"] == kinds["WeMath"] == GENERATED_ROWS
     md = (tmp_path / "tables" / "table6.md").read_text()
     assert "OFFLINE" in md and "not** of the full public datasets" in md
+
+
+def test_hub_path_with_a_stubbed_load_dataset(tmp_path: Path, monkeypatch):
+    """The hub code path (no --from-local), with datasets.load_dataset stubbed by hub-schema rows
+    carrying real HF Image features: images are read undecoded and stored byte-identical."""
+    import datasets
+    import pyarrow.parquet as pq
+
+    local = geometry3k.hub_schema_sample(tmp_path / "hub")
+    rows = pq.read_table(next(local.rglob("*.parquet"))).to_pylist()
+    features = datasets.Features({"images": datasets.List(datasets.Image()), "problem": datasets.Value("string"),
+                                  "answer": datasets.Value("string"), "id": datasets.Value("int64"),
+                                  "choices": datasets.List(datasets.Value("string")), "ground_truth": datasets.Value("string")})
+    calls = []
+
+    def fake_load_dataset(hub_id, config=None, split=None):
+        calls.append((hub_id, config, split))
+        return datasets.Dataset.from_list(rows, features=features)
+
+    monkeypatch.setattr(datasets, "load_dataset", fake_load_dataset)
+    res = prepare_split(geometry3k.SPEC, geometry3k, "train", tmp_path / "out", from_local=None, input_kind="hub")
+    assert calls == [("hiyouga/geometry3k", None, "train")]
+    table = pq.read_table(res.out_path).to_pylist()
+    assert [r["images"][0] for r in table] == [r["images"][0]["bytes"] for r in rows]
+    assert len(load_records(res.out_path)) == len(rows)
