@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 from typing import Sequence
 
-from data_prep import aime, common, geoqa8k, geometry3k, math12k, mathverse, mathvision, mathvista, refcoco, wemath
+from data_prep import aime, geoqa8k, geometry3k, math12k, mathverse, mathvision, mathvista, refcoco, wemath
 from data_prep.common import REPO_ROOT, PrepResult, prepare_split, shared_data_dir
 
 SCRIPTS = (geometry3k, geoqa8k, math12k, mathvision, mathvista, mathverse, wemath, aime, refcoco)

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any, Iterator, Sequence
 
 from data_prep.common import (
-    GENERATED_ROWS, REAL_SAMPLE, DatasetSpec, OfflineRun, hf_image, letter_to_option, load_hub_rows,
+    REAL_SAMPLE, DatasetSpec, OfflineRun, hf_image, letter_to_option, load_hub_rows,
     load_local_split, main_for, require, str_answer, with_leading_image,
 )
 from fastrl.data.schema import Record

@@ -9,7 +9,6 @@ k = 1 and greedy decoding it is plain accuracy).
 from __future__ import annotations
 
 import json
-import math
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
