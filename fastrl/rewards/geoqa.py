@@ -75,6 +75,8 @@ def _sympy_value(e: str) -> float | None:
     e = re.sub(r"\\[dt]?frac\s*\{([^{}]*)\}\s*\{([^{}]*)\}", r"((\1)/(\2))", e)
     e = re.sub(r"\\sqrt\s*\{([^{}]*)\}", r"sqrt(\1)", e)
     e = re.sub(r"\\sqrt\s*(\d+)", r"sqrt(\1)", e)
+    e = re.sub(r"√\s*\{([^{}]*)\}", r"sqrt(\1)", e)
+    e = re.sub(r"√\s*(\d+(?:\.\d+)?)", r"sqrt(\1)", e)
     e = e.replace("√", "sqrt").replace("\\pi", "pi").replace("π", "pi")
     e = e.replace("\\times", "*").replace("\\cdot", "*").replace("×", "*").replace("{", "(").replace("}", ")")
     if re.search(r"[a-zA-Z]", re.sub(r"sqrt|pi", "", e)) or "\\" in e:
