@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import numbers
 import os
 import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
@@ -132,16 +133,16 @@ def logprob_check(
 
 def expand_n(n: int | Sequence[int], num_prompts: int) -> list[int]:
     """Per-prompt sample counts from ``n`` (an int for all prompts, or one int per prompt)."""
-    if isinstance(n, int):
+    if isinstance(n, numbers.Integral):
         counts = [n] * num_prompts
     else:
         counts = list(n)
         if len(counts) != num_prompts:
             raise ValueError(f"n has {len(counts)} entries but there are {num_prompts} prompts")
     for i, c in enumerate(counts):
-        if not isinstance(c, int) or isinstance(c, bool) or c < 0:
+        if not isinstance(c, numbers.Integral) or isinstance(c, bool) or c < 0:
             raise ValueError(f"n[{i}] = {c!r}: sample counts must be non-negative ints")
-    return counts
+    return [int(c) for c in counts]
 
 
 def request_seeds(seed: int | None, counts: Sequence[int]) -> list[int | None]:
@@ -278,7 +279,8 @@ class VLLMRolloutEngine:
     """Colocated offline vLLM engine implementing :class:`fastrl.rollout.base.RolloutEngine`.
 
     Args:
-        model_dir: HF model folder (config, safetensors, tokenizer unless ``tokenizer_dir``).
+        model_dir: HF model folder (config, safetensors, tokenizer unless ``tokenizer_dir``) or
+            a hub id (paper scale; vLLM downloads it unless HF_HUB_OFFLINE=1).
         tokenizer_dir: tokenizer folder if it is not ``model_dir``.
         seed: engine seed (sampling without a per-call seed draws from it).
         max_model_len: prompt + response token budget per sequence.
@@ -323,8 +325,6 @@ class VLLMRolloutEngine:
     ) -> None:
         if sync_method not in SYNC_METHODS:
             raise ValueError(f"sync_method={sync_method!r}; valid: {', '.join(SYNC_METHODS)}")
-        if not os.path.isdir(model_dir):
-            raise ValueError(f"VLLMRolloutEngine: model_dir {str(model_dir)!r} is not a folder")
         check_vl_support(model_dir)
         # The model must live in this process: weights are pushed by reference and the worker
         # is reached through collective_rpc without serialisation.
