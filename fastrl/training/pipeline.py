@@ -350,10 +350,14 @@ class Trainer:
                 self.save()
         if bar is not None:
             bar.close()
+        train_wall_s = time.perf_counter() - start_wall
         after = self.validate()
+        for name, records in self.ood_records.items():
+            ood = self.validate(records)
+            after.update({f"ood/{name}/accuracy": ood["val/accuracy"], f"ood/{name}/num": ood["val/num"]})
         self.logger.log(self.state.step, {**after, "phase": "val_final"})
-        summary.update({"acc_after": after["val/accuracy"], "train_wall_s": time.perf_counter() - start_wall,
-                        "steps": self.state.step})
+        summary.update({"acc_after": after["val/accuracy"], "train_wall_s": train_wall_s, "steps": self.state.step,
+                        **{k: v for k, v in after.items() if k.startswith("ood/")}})
         if cfg.save_every:
             self.save()
         summary["final_model"] = str(self.policy.export(self.run_dir / "final"))
