@@ -118,7 +118,9 @@ def cmd_eval(args: argparse.Namespace) -> int:
     else:
         from fastrl.rollout.vllm import VLLMRolloutEngine
 
-        engine = VLLMRolloutEngine(str(model_path), seed=args.seed, max_model_len=args.max_model_len)
+        engine = VLLMRolloutEngine(str(model_path), seed=args.seed, max_model_len=args.max_model_len,
+                                   gpu_memory_utilization=args.gpu_memory_utilization, dtype="auto",
+                                   enforce_eager=True)
     benchmarks = dict(parse_benchmark(b) for b in args.benchmark)
     results = evaluate(
         engine, lambda r: encoder.encode(r.uid, build_prompt_text(r, args.template), list(r.images)),
@@ -174,6 +176,7 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--max-new-tokens", type=int, default=512)
     e.add_argument("--max-model-len", type=int, default=4096)
     e.add_argument("--batch-size", type=int, default=32)
+    e.add_argument("--gpu-memory-utilization", type=float, default=0.8)
     e.add_argument("--seed", type=int, default=0)
     e.add_argument("--out", default="runs/eval")
     e.set_defaults(func=cmd_eval)
