@@ -146,20 +146,17 @@ class Trainer:
 
     def rollout_with_filter(self, timer: StageTimer) -> tuple[RolloutBatch, dict[str, float]]:
         """Select prompts, roll out, reward; with DAPO, regenerate until the batch is full."""
-        target = self.cfg.trainer.prompts_per_step
-        group_filter = self.components.group_filter
-        group_filter.reset(target)
-        tries, prompts_seen = 0, 0
-        while True:
-            records = self.select_prompts(self.next_records(target))
+        buffer = self.components.new_group_buffer(self.cfg.trainer.prompts_per_step)
+        prompts_seen = 0
+        while not buffer.full:
+            records = self.select_prompts(self.next_records(self.cfg.trainer.prompts_per_step))
             prompts_seen += len(records)
             batch = self.generate(records, timer)
-            tries += 1
             self.components.prompt_selector.record_groups(_accuracy_groups(batch))
-            if group_filter.add(batch, tries):
-                break
-        batch = group_filter.result()
-        return batch, {"rollout/tries": float(tries), "rollout/prompts_seen": float(prompts_seen)}
+            groups = batch.group_indices()
+            buffer.add(batch.accuracies, batch.uids, payloads={u: batch.select(i) for u, i in groups.items()})
+        batch = RolloutBatch.concat([part for _, part in buffer.take()])
+        return batch, {"rollout/tries": float(buffer.tries), "rollout/prompts_seen": float(prompts_seen)}
 
     def compute_advantages(self, batch: RolloutBatch) -> None:
         batch.advantages = self.components.advantage(batch.rewards, batch.uids)
