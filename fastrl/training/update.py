@@ -16,7 +16,7 @@ from typing import Callable, Sequence
 
 import torch
 
-from fastrl.algorithms import losses
+from fastrl.algorithms import losses, registry
 from fastrl.models.forward import collate, response_logprobs
 from fastrl.training import distributed as dist
 from fastrl.training.batch import RolloutBatch
@@ -113,13 +113,6 @@ def _pad(rows: Sequence[torch.Tensor], width: int) -> torch.Tensor:
     return out
 
 
-def _normaliser(agg: str, mask: torch.Tensor, global_tokens: float, global_seqs: float) -> float:
-    """Factor that turns this micro-batch's ``agg`` mean into its share of the global mean."""
-    if agg == "token-mean":
-        return float(mask.sum()) / global_tokens
-    return float(mask.shape[0]) / global_seqs
-
-
 def update_policy(
     actor,
     batch: RolloutBatch,
@@ -132,16 +125,23 @@ def update_policy(
     pad_id: int,
     check_finite: Callable[[torch.Tensor, str], None],
 ) -> dict[str, float]:
-    """One optimizer step per mini-batch; returns step-averaged metrics."""
+    """One optimizer step per mini-batch; returns step-averaged metrics.
+
+    ``actor/pg_loss``, ``actor/kl_loss`` and ``actor/loss`` are the mini-batch losses (the shares of
+    all micro-batches on all ranks summed), averaged over the step's mini-batches; the other
+    ``actor/*`` metrics are averages over this rank's micro-batches.
+    """
     rank, world = dist.rank(), dist.world_size()
+    policy_loss_fn = registry.get(registry.POLICY_LOSSES, settings.kind)
     sums: dict[str, float] = {}  # per micro-batch metrics
-    step_sums: dict[str, float] = {}  # per optimizer-step metrics (grad norm, lr)
+    step_sums: dict[str, float] = {}  # per optimizer-step metrics (grad norm, lr, losses)
     count = 0
     for mb_index, members in enumerate(minibatches):
         local = shard(members, rank, world)
         lengths = torch.tensor([len(batch.response_ids[i]) for i in local], dtype=torch.float64)
         global_tokens = float(dist.all_reduce_sum(lengths.sum()))
         global_seqs = float(len(members))
+        shares = torch.zeros(3, dtype=torch.float64)  # pg, kl, total: this rank's shares
         for mb in micro_batches(local, micro_batch_size):
             tensors = _batch_tensors(batch, mb, pad_id)
             mask = tensors["response_mask"].float()
@@ -149,27 +149,30 @@ def update_policy(
             width = logp.shape[1]
             old = _pad([old_logprobs[i] for i in mb], width)
             adv = batch.advantages[mb].float()
-            pg_loss, pg_metrics = losses.policy_loss(
-                logp, old, adv, mask,
-                kind=settings.kind, clip_low=settings.clip_low, clip_high=settings.clip_high,
-                dual_clip=settings.dual_clip, agg=settings.agg,
+            # Global denominators: each micro-batch contributes its share of the mini-batch mean.
+            denominators = {"global_token_count": global_tokens, "global_seq_count": global_seqs}
+            loss, pg_metrics = policy_loss_fn(
+                logp, old, adv, mask, clip_low=settings.clip_low, clip_high=settings.clip_high,
+                dual_clip=settings.dual_clip, agg=settings.agg, **denominators,
             )
-            scale = _normaliser(settings.agg, mask, global_tokens, global_seqs)
-            loss = pg_loss * scale
             metrics = {f"actor/{k}": float(v) for k, v in pg_metrics.items()}
+            shares[0] += float(loss)
             if ref_logprobs is not None and settings.kl_coef > 0:
                 ref = _pad([ref_logprobs[i] for i in mb], width)
-                kl = losses.aggregate(losses.kl_penalty(logp, ref, kind=settings.kl_kind), mask, mode=settings.agg)
-                loss = loss + settings.kl_coef * kl * scale
-                metrics["actor/kl_loss"] = float(kl)
+                kl = losses.aggregate(losses.kl_penalty(logp, ref, kind=settings.kl_kind), mask,
+                                      mode=settings.agg, **denominators)
+                loss = loss + settings.kl_coef * kl
+                shares[1] += float(kl)
+            shares[2] += float(loss)
             check_finite(loss, f"policy loss (mini-batch {mb_index})")
             actor.backward(loss)
-            metrics["actor/pg_loss"] = float(pg_loss)
             metrics["actor/entropy"] = float((entropy * mask).sum() / mask.sum().clamp_min(1))
             for k, v in metrics.items():
                 sums[k] = sums.get(k, 0.0) + v
             count += 1
-        for k, v in actor.step().items():
+        pg, kl, total = (float(x) for x in dist.all_reduce_sum(shares))
+        step_metrics = {"actor/pg_loss": pg, "actor/kl_loss": kl, "actor/loss": total, **actor.step()}
+        for k, v in step_metrics.items():
             step_sums[k] = step_sums.get(k, 0.0) + v
     out = {k: v / max(count, 1) for k, v in sums.items()}
     out.update({k: v / len(minibatches) for k, v in step_sums.items()})
