@@ -49,8 +49,12 @@ class _Batch:
     groups: list[list[int]]  # [num adv groups] members in visiting order
     group_qid: list[int]  # [num adv groups] the question of each advantage group
 
-    def visit_key(self, i: int) -> tuple[float, int, int]:
-        """Visiting order: |A| descending, positive A first, then position in the question."""
+    def visit_key(self, i: int) -> tuple[float, int]:
+        """MDAP's order inside an advantage group: |A| descending, then position in the question."""
+        return (-abs(self.adv[i]), self.rank[i])
+
+    def priority_key(self, i: int) -> tuple[float, int, int]:
+        """Order across groups (alignment, CPPO): |A| descending, positive A first, then position."""
         a = self.adv[i]
         return (-abs(a), 0 if a > 0 else 1, self.rank[i])
 
@@ -138,10 +142,10 @@ def align_to_multiple(keep: list[bool], batch: _Batch, dp_multiple: int, where: 
         return keep
     target_up = -(-max(k, 1) // dp_multiple) * dp_multiple
     if target_up <= n:
-        pruned = [sorted((i for i in mem if not keep[i]), key=batch.visit_key) for mem in batch.members]
+        pruned = [sorted((i for i in mem if not keep[i]), key=batch.priority_key) for mem in batch.members]
         pos = [0] * len(pruned)
         while k < target_up:
-            offers = [(batch.visit_key(pruned[q][pos[q]])[:2], uid_sort_key(batch.uids[q]), q)
+            offers = [(batch.priority_key(pruned[q][pos[q]])[:2], uid_sort_key(batch.uids[q]), q)
                       for q in range(len(pruned)) if pos[q] < len(pruned[q])]
             offers.sort()
             for _, _, q in offers:
@@ -275,7 +279,7 @@ def cppo_select(
     _check_dp(dp_multiple, len(batch.adv), where)
     keep = [False] * len(batch.adv)
     for mem in batch.members:
-        for i in sorted(mem, key=batch.visit_key)[: _keep_count(len(mem), prune_rate)]:
+        for i in sorted(mem, key=batch.priority_key)[: _keep_count(len(mem), prune_rate)]:
             keep[i] = True
     return _to_indices(align_to_multiple(keep, batch, dp_multiple, where))
 
