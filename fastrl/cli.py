@@ -187,7 +187,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     # The `deepspeed` launcher appends --local_rank=R; the rank comes from the environment instead.
     argv = [a for a in argv if not a.startswith("--local_rank")]
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args, extra = parser.parse_known_args(argv)
+    # Overrides may come after options (`train CFG --scale smoke a.b=1`): argparse leaves those here.
+    bad = [a for a in extra if "=" not in a or a.startswith("-")]
+    if bad or (extra and not hasattr(args, "overrides")):
+        parser.error(f"unrecognized arguments: {' '.join(bad or extra)}")
+    if extra:
+        args.overrides = [*args.overrides, *extra]
     _default_accelerator()
     from fastrl.config import ConfigError
 

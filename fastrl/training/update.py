@@ -156,14 +156,14 @@ def update_policy(
                 dual_clip=settings.dual_clip, agg=settings.agg, **denominators,
             )
             metrics = {f"actor/{k}": float(v) for k, v in pg_metrics.items()}
-            shares[0] += float(loss)
+            shares[0] += float(loss.detach())
             if ref_logprobs is not None and settings.kl_coef > 0:
                 ref = _pad([ref_logprobs[i] for i in mb], width)
                 kl = losses.aggregate(losses.kl_penalty(logp, ref, kind=settings.kl_kind), mask,
                                       mode=settings.agg, **denominators)
                 loss = loss + settings.kl_coef * kl
-                shares[1] += float(kl)
-            shares[2] += float(loss)
+                shares[1] += float(kl.detach())
+            shares[2] += float(loss.detach())
             check_finite(loss, f"policy loss (mini-batch {mb_index})")
             actor.backward(loss)
             metrics["actor/entropy"] = float((entropy * mask).sum() / mask.sum().clamp_min(1))
