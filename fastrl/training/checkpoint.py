@@ -122,14 +122,14 @@ def _committed(ckpt_root: Path) -> list[tuple[int, Path]]:
 
 
 def save_checkpoint(
-    run_dir: Path, step: int, actor: Actor, state: dict[str, Any], *, keep_last: int = 2
+    run_dir: Path, step: int, actor: Actor, state: dict[str, Any], *, keep: int = 2
 ) -> Path:
     """Write ``run_dir/ckpt/step_<step>`` atomically, point ``latest`` at it, keep the newest
-    ``keep_last`` checkpoints. Collective: every rank calls it. Returns the checkpoint folder."""
+    ``keep`` checkpoints. Collective: every rank calls it. Returns the checkpoint folder."""
     if step < 0:
         raise ValueError(f"save_checkpoint: step={step} must be >= 0")
-    if keep_last < 1:
-        raise ValueError(f"save_checkpoint: keep_last={keep_last} must be >= 1")
+    if keep < 1:
+        raise ValueError(f"save_checkpoint: keep={keep} must be >= 1")
     root = Path(run_dir) / CKPT_SUBDIR
     final = root / f"step_{step}"
     tmp = root / f".tmp-step_{step}"
@@ -159,7 +159,7 @@ def save_checkpoint(
             os.replace(tmp, final)
         _fsync_dir(root)
         _write_atomic(root / LATEST_FILE, f"step_{step}\n")
-        for _, path in _committed(root)[:-keep_last]:
+        for _, path in _committed(root)[:-keep]:
             if path != final:
                 shutil.rmtree(path)
     D.barrier()

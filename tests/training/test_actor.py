@@ -1,0 +1,242 @@
+"""The actor's plain torch path (the same semantics as the DeepSpeed path, which
+test_distributed_zero.py checks against it), the reference builder and the distributed helpers in
+a single process."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+import torch
+
+from fastrl.training import distributed as D
+from fastrl.training.actor import Actor, ActorConfig, WarmupLambda, build_reference
+from tests.training.scripts import tiny
+
+CFG = ActorConfig(
+    lr=1e-2, weight_decay=0.01, betas=(0.9, 0.99), eps=1e-3, grad_clip=1.0, zero_stage=0, bf16=False,
+    gradient_checkpointing=False, use_deepspeed=False, offload_optimizer=False, lr_warmup_steps=0, seed=3,
+)
+
+
+def _step_on_rows(actor: Actor, micro: list[list[int]]) -> dict[str, float]:
+    ids, attn, mask = tiny.fixed_batch()
+    global_tokens = int(mask.sum())
+    for rows in micro:
+        actor.backward(tiny.micro_loss(actor.module, ids[rows], attn[rows], mask[rows], global_tokens))
+    return actor.step()
+
+
+def _params(module: torch.nn.Module) -> dict[str, torch.Tensor]:
+    return {n: p.detach().clone() for n, p in module.named_parameters()}
+
+
+def _max_diff(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> float:
+    assert a.keys() == b.keys()
+    return max((a[k] - b[k]).abs().max().item() for k in a)
+
+
+@pytest.mark.parametrize(
+    "change, needle",
+    [
+        ({"lr": 0.0}, "lr=0.0"),
+        ({"zero_stage": 4}, "zero_stage=4"),
+        ({"betas": (0.9, 1.0)}, "betas"),
+        ({"eps": 0.0}, "eps"),
+        ({"grad_clip": -1.0}, "grad_clip"),
+        ({"lr_warmup_steps": -1}, "lr_warmup_steps"),
+        ({"bf16": True}, "bf16=True needs use_deepspeed"),
+        ({"offload_optimizer": True}, "offload_optimizer=True needs use_deepspeed"),
+    ],
+)
+def test_config_errors_name_the_field(change: dict, needle: str) -> None:
+    with pytest.raises(ValueError, match=needle.replace("(", r"\(")):
+        replace(CFG, **change)
+
+
+def test_ragged_micro_batches_equal_one_backward_and_manual_adamw() -> None:
+    """Sum semantics: 3 ragged micro-batches == one backward on the whole batch == a hand-written
+    clip + AdamW step on the full-batch gradient."""
+    whole = Actor(tiny.tiny_qwen2(seed=0), CFG)
+    m_whole = _step_on_rows(whole, [[0, 1, 2, 3, 4, 5]])
+    ragged = Actor(tiny.tiny_qwen2(seed=0), CFG)
+    m_ragged = _step_on_rows(ragged, [[0, 4], [1], [2, 3, 5]])
+    assert m_ragged["actor/grad_norm"] == pytest.approx(m_whole["actor/grad_norm"], rel=1e-6)
+    assert _max_diff(_params(ragged.model), _params(whole.model)) < 1e-6
+
+    manual = tiny.tiny_qwen2(seed=0)
+    ids, attn, mask = tiny.fixed_batch()
+    tiny.micro_loss(manual, ids, attn, mask, int(mask.sum())).backward()
+    norm = torch.nn.utils.clip_grad_norm_(manual.parameters(), CFG.grad_clip)
+    opt = torch.optim.AdamW(manual.parameters(), lr=CFG.lr, betas=CFG.betas, eps=CFG.eps,
+                            weight_decay=CFG.weight_decay)
+    opt.step()
+    assert m_whole["actor/grad_norm"] == pytest.approx(float(norm), rel=1e-6)
+    assert m_whole["actor/grad_norm"] > CFG.grad_clip  # clipping was active
+    assert _max_diff(_params(whole.model), _params(manual)) < 1e-7
+    # Not vacuous: the step moved the weights far more than the tolerance.
+    assert _max_diff(_params(whole.model), _params(tiny.tiny_qwen2(seed=0))) > 1e-3
+
+
+def test_grad_clip_zero_disables_clipping_but_reports_norm() -> None:
+    cfg = replace(CFG, grad_clip=0.0)
+    actor = Actor(tiny.tiny_qwen2(seed=0), cfg)
+    m = _step_on_rows(actor, [[0, 1, 2, 3, 4, 5]])
+    manual = tiny.tiny_qwen2(seed=0)
+    ids, attn, mask = tiny.fixed_batch()
+    tiny.micro_loss(manual, ids, attn, mask, int(mask.sum())).backward()
+    norm = torch.sqrt(sum((p.grad**2).sum() for p in manual.parameters()))
+    torch.optim.AdamW(manual.parameters(), lr=cfg.lr, betas=cfg.betas, eps=cfg.eps,
+                      weight_decay=cfg.weight_decay).step()
+    assert m["actor/grad_norm"] == pytest.approx(float(norm), rel=1e-5)
+    assert _max_diff(_params(actor.model), _params(manual)) < 1e-7
+
+
+def test_warmup_schedule_and_reported_lr() -> None:
+    assert [WarmupLambda(3)(t) for t in range(5)] == [1 / 3, 2 / 3, 1.0, 1.0, 1.0]
+    assert WarmupLambda(0)(0) == 1.0
+    torch.manual_seed(0)
+    actor = Actor(torch.nn.Linear(3, 1), replace(CFG, lr_warmup_steps=3))
+    lrs = []
+    for _ in range(4):
+        actor.backward(actor.module(torch.ones(2, 3)).sum())
+        lrs.append(actor.step()["actor/lr"])
+    assert lrs == pytest.approx([CFG.lr / 3, 2 * CFG.lr / 3, CFG.lr, CFG.lr], rel=1e-12)
+    assert actor.num_steps == 4
+
+
+def test_step_and_backward_errors() -> None:
+    torch.manual_seed(0)
+    actor = Actor(torch.nn.Linear(3, 1), CFG)
+    with pytest.raises(ValueError, match="backward\\(\\) calls since the last step per rank = \\[0\\]"):
+        actor.step()
+    out = actor.module(torch.ones(2, 3))
+    with pytest.raises(ValueError, match="scalar"):
+        actor.backward(out)
+    with pytest.raises(ValueError, match="not finite"):
+        actor.backward(out.sum() * float("nan"))
+    frozen = torch.nn.Linear(3, 1).requires_grad_(False)
+    with pytest.raises(ValueError, match="no parameter with requires_grad"):
+        Actor(frozen, CFG)
+
+
+def test_named_parameters_for_sync_are_hf_named_copies() -> None:
+    model = tiny.tiny_qwen2(seed=0)
+    actor = Actor(model, CFG)
+    synced = list(actor.named_parameters_for_sync())
+    assert [n for n, _ in synced] == [n for n, _ in model.named_parameters()]
+    assert "model.embed_tokens.weight" in dict(synced)
+    name, t = synced[0]
+    before = dict(model.named_parameters())[name].detach().clone()
+    t.add_(1.0)  # a copy: the consumer may keep or modify it
+    assert torch.equal(dict(model.named_parameters())[name].detach(), before)
+
+
+def test_export_hf_roundtrip_replaces_atomically(tmp_path: Path) -> None:
+    from transformers import AutoModelForCausalLM
+
+    class FakeTokenizer:
+        def save_pretrained(self, out: str) -> None:
+            (Path(out) / "tokenizer_marker.txt").write_text("tok")
+
+    actor = Actor(tiny.tiny_qwen2(seed=0), CFG)
+    out = tmp_path / "hf"
+    actor.export_hf(out)
+    _step_on_rows(actor, [[0, 1, 2, 3, 4, 5]])
+    actor.export_hf(out, tokenizer=FakeTokenizer())  # replaces the first export
+    assert (out / "tokenizer_marker.txt").read_text() == "tok"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["hf"]  # no temp/old folders left
+    loaded = AutoModelForCausalLM.from_pretrained(out, attn_implementation="eager")
+    assert _max_diff(_params(loaded), _params(actor.model)) == 0.0
+    ids, attn, _ = tiny.fixed_batch()
+    with torch.no_grad():
+        assert torch.equal(tiny.token_logp(loaded, ids, attn), tiny.token_logp(actor.model, ids, attn))
+    with pytest.raises(TypeError, match="save_pretrained"):
+        Actor(torch.nn.Linear(2, 2), CFG).export_hf(tmp_path / "x")
+
+
+def test_build_reference_from_module_and_path(tmp_path: Path) -> None:
+    model = tiny.tiny_qwen2(seed=0)
+    ref = build_reference(model)
+    assert not ref.training
+    assert not any(p.requires_grad for p in ref.parameters())
+    actor = Actor(model, CFG)
+    _step_on_rows(actor, [[0, 1, 2, 3, 4, 5]])
+    # The reference is a copy: the actor's update did not touch it.
+    assert _max_diff(_params(ref), _params(tiny.tiny_qwen2(seed=0))) == 0.0
+
+    actor.export_hf(tmp_path / "policy")
+    from_path = build_reference(tmp_path / "policy")
+    assert _max_diff(_params(from_path), _params(actor.model)) == 0.0
+    assert not any(p.requires_grad for p in from_path.parameters())
+
+    loaded_with = build_reference(tmp_path / "policy", loader=lambda p: tiny.tiny_qwen2(seed=7))
+    assert _max_diff(_params(loaded_with), _params(tiny.tiny_qwen2(seed=7))) == 0.0
+
+    bf16_cfg = replace(CFG, use_deepspeed=True, zero_stage=2, bf16=True)  # no engine is built
+    assert next(build_reference(model, bf16_cfg).parameters()).dtype == torch.bfloat16
+
+    partitioned = tiny.tiny_qwen2(seed=0)
+    next(partitioned.parameters()).ds_id = 0  # what ZeRO-3 marks partitioned parameters with
+    with pytest.raises(ValueError, match="ZeRO-3-partitioned"):
+        build_reference(partitioned)
+
+
+def test_gradient_checkpointing_gives_same_step() -> None:
+    plain = Actor(tiny.tiny_qwen2(seed=0), CFG)
+    ckpt = Actor(tiny.tiny_qwen2(seed=0), replace(CFG, gradient_checkpointing=True))
+    assert ckpt.model.is_gradient_checkpointing and not plain.model.is_gradient_checkpointing
+    m1 = _step_on_rows(plain, [[0, 1, 2], [3, 4, 5]])
+    m2 = _step_on_rows(ckpt, [[0, 1, 2], [3, 4, 5]])
+    assert m1["actor/grad_norm"] == pytest.approx(m2["actor/grad_norm"], rel=1e-6)
+    assert _max_diff(_params(plain.model), _params(ckpt.model)) < 1e-7
+    with pytest.raises(ValueError, match="gradient_checkpointing_enable"):
+        Actor(torch.nn.Linear(2, 2), replace(CFG, gradient_checkpointing=True))
+
+
+def test_seed_does_not_touch_the_callers_rng() -> None:
+    model = torch.nn.Linear(2, 2)
+    torch.manual_seed(42)
+    expected = torch.rand(3)
+    torch.manual_seed(42)
+    Actor(model, CFG)
+    assert torch.equal(torch.rand(3), expected)
+
+
+def test_distributed_helpers_in_one_plain_process(monkeypatch: pytest.MonkeyPatch) -> None:
+    for key in ("WORLD_SIZE", "RANK", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):
+        monkeypatch.delenv(key, raising=False)
+    D.init_distributed()  # without a launcher: nothing to initialise
+    assert not D.is_initialized()
+    assert (D.rank(), D.world_size(), D.is_main(), D.local_rank()) == (0, 1, True, 0)
+    D.barrier()
+    x = torch.tensor([1.0, 2.0])
+    y = D.all_reduce_sum(x)
+    assert torch.equal(y, x) and y is not x
+    assert D.all_reduce_sum(2) == 2.0 and isinstance(D.all_reduce_sum(2), float)
+    assert D.all_gather_object({"a": 1}) == [{"a": 1}]
+    assert D.broadcast_object([3]) == [3]
+    model = torch.nn.Linear(2, 2)
+    with D.gather_params(model):
+        assert model.weight.shape == (2, 2)
+    assert D.default_backend() in ("gloo", "nccl")
+
+
+def test_init_distributed_env_errors(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setenv("RANK", "0")
+    monkeypatch.delenv("MASTER_ADDR", raising=False)
+    monkeypatch.delenv("MASTER_PORT", raising=False)
+    monkeypatch.setenv("LOCAL_RANK", "0")
+    with pytest.raises(ValueError, match="MASTER_ADDR"):
+        D.init_distributed()
+    monkeypatch.setenv("MASTER_ADDR", "127.0.0.1")
+    monkeypatch.setenv("MASTER_PORT", "1")
+    monkeypatch.setenv("RANK", "2")
+    with pytest.raises(ValueError, match="RANK=2 is outside"):
+        D.init_distributed()
+    monkeypatch.setenv("RANK", "x")
+    with pytest.raises(ValueError, match="RANK='x'"):
+        D.init_distributed()
+    assert not D.is_initialized()
