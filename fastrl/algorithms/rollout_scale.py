@@ -137,7 +137,8 @@ class AdaptiveRolloutScaler:
     def observe(self, kept_counts: KeptCounts) -> None:
         """Record one step's kept counts: ``{uid: kept}`` or a sequence of ints (global mode only).
 
-        Each count must be an integer in [0, n] for the n its prompt was rolled out with.
+        Each count must be a non-negative integer; a count above the prompt's n (a uid drawn
+        twice in one step) is clipped to n.
         """
         where = f"{type(self).__name__}.observe"
         if isinstance(kept_counts, Mapping):
@@ -152,9 +153,9 @@ class AdaptiveRolloutScaler:
             label = f"[{uid!r}]" if uid is not None else f"#{len(rows)}"
             kk = _as_count(k, where, label)
             n_q = self.n_for(uid) if uid is not None else self._n
-            if kk > n_q:
-                raise ValueError(f"{where}: kept count {label} = {kk} exceeds the {n_q} rollouts of that prompt")
-            rows.append((uid, kk, n_q))
+            # A prompt drawn twice in one step (e.g. a DAPO refill across an epoch boundary) can
+            # keep more than n responses under one uid; count it as full retention, not an error.
+            rows.append((uid, min(kk, n_q), n_q))
         self._period.extend(rows)
 
     def end_period(self) -> int:

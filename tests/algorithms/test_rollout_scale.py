@@ -1,0 +1,173 @@
+"""ARS rule on hand-computed cases, growth, clipping, per-prompt mode, state round trip."""
+
+from __future__ import annotations
+
+import math
+from fractions import Fraction
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from fastrl.algorithms.rollout_scale import AdaptiveRolloutScaler, FixedRolloutScaler
+
+
+def test_paper_example():
+    s = AdaptiveRolloutScaler(n_init=8)
+    s.observe([3, 5, 4])
+    # k̄ = 4, k_max = 5, ρ = 0.5 -> ⌈4 + 0.5 · 1⌉ + 1 = 6
+    assert s.end_period() == 6 and s.n == 6
+    d = s.last_decision
+    assert (d["k_mean"], d["k_max"], d["rho"], d["n_prev"], d["n_next"]) == (4.0, 5.0, 0.5, 8.0, 6.0)
+
+
+def test_mapping_input_and_several_steps_per_period():
+    s = AdaptiveRolloutScaler(n_init=8)
+    s.observe({"a": 2, "b": 2})
+    s.observe({"c": 2, "d": 6})
+    # k̄ = 3, k_max = 6: ⌈3 + 1.5⌉ + 1 = 6
+    assert s.end_period() == 6
+
+
+def test_growth_when_retention_is_high():
+    s = AdaptiveRolloutScaler(n_init=8, n_max=12)
+    s.observe([8, 7, 7, 8])  # ρ = 7.5 / 8 = 0.9375 >= 0.9
+    assert s.end_period() == 10 and s.last_decision["grew"] == 1.0
+    s.observe([10] * 3)
+    assert s.end_period() == 12
+    s.observe([12] * 3)
+    assert s.end_period() == 12  # capped at n_max
+
+
+def test_growth_is_capped_at_the_initial_n_by_default():
+    s = AdaptiveRolloutScaler(n_init=8)
+    s.observe([8, 8])
+    assert s.end_period() == 8
+
+
+def test_clipping_to_n_min():
+    s = AdaptiveRolloutScaler(n_init=8, n_min=4)
+    s.observe([1, 1, 1])  # ⌈1⌉ + 1 = 2 -> clipped to 4
+    assert s.end_period() == 4
+    s2 = AdaptiveRolloutScaler(n_init=8, n_min=2, headroom=0)
+    s2.observe([0, 0])  # ⌈0⌉ + 0 = 0 -> never below 2
+    assert s2.end_period() == 2
+
+
+def test_empty_period_leaves_n_unchanged():
+    s = AdaptiveRolloutScaler(n_init=8)
+    s.observe([2, 2])
+    assert s.end_period() == 4
+    assert s.end_period() == 4
+    assert math.isnan(s.last_decision["k_mean"]) and s.last_decision["num_observations"] == 0.0
+
+
+def test_integer_target_does_not_round_up():
+    s = AdaptiveRolloutScaler(n_init=8, beta=0.1)
+    s.observe([3, 3, 3, 3, 3, 3, 3, 3, 3, 6])  # k̄ = 3.3, k_max = 6: 3.3 + 0.27 = 3.57 -> 4 + 1
+    assert s.end_period() == 5
+    s = AdaptiveRolloutScaler(n_init=10, n_min=2, beta=0.5)
+    s.observe([4, 6])  # 5 + 0.5 = 5.5 -> 6 + 1
+    assert s.end_period() == 7
+    s = AdaptiveRolloutScaler(n_init=10, n_min=2, beta=0.5)
+    s.observe([3, 3, 6])  # k̄ = 4, + 1 = 5 exactly -> 5 + 1 (no float creep to 7)
+    assert s.end_period() == 6
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.integers(2, 16), st.data())
+def test_rule_against_reference(n_init, data):
+    n_min = data.draw(st.integers(2, n_init))
+    beta = data.draw(st.sampled_from([0.0, 0.25, 0.5, 1.0]))
+    s = AdaptiveRolloutScaler(n_init=n_init, n_min=n_min, beta=beta)
+    for _ in range(3):
+        n = s.n
+        ks = data.draw(st.lists(st.integers(0, n), min_size=1, max_size=10))
+        s.observe(ks)
+        mean, top = Fraction(sum(ks), len(ks)), max(ks)  # exact arithmetic reference
+        if mean / n >= Fraction(9, 10):
+            want = min(n + 2, n_init)
+        else:
+            want = min(n_init, max(n_min, math.ceil(mean + Fraction(beta) * (top - mean)) + 1))
+        assert s.end_period() == want
+        assert n_min <= s.n <= n_init
+
+
+def test_per_prompt_mode():
+    s = AdaptiveRolloutScaler(n_init=8, per_prompt=True)
+    assert s.n_for("easy") == 8
+    s.observe({"easy": 1, "diverse": 8, "mid": 4})
+    s.end_period()
+    assert s.n_for("easy") == 4  # ⌈1⌉ + 1 = 2 -> n_min 4
+    assert s.n_for("diverse") == 8  # ρ = 1: grow, capped at 8
+    assert s.n_for("mid") == 5  # ⌈4⌉ + 1
+    assert s.n_for("unseen") == s.n  # global rule over all observations: k̄ = 13/3, k_max = 8
+    assert s.n == 8 and s.last_decision["per_prompt_changed"] == 2.0
+    s.observe({"easy": 4})  # observed under its own n = 4: ρ = 1 -> grow to 6
+    s.end_period()
+    assert s.n_for("easy") == 6 and s.n_for("mid") == 5
+    with pytest.raises(ValueError, match="per-prompt mode needs a mapping"):
+        s.observe([1, 2])
+
+
+def test_global_mode_n_for_is_n():
+    s = AdaptiveRolloutScaler(n_init=8)
+    s.observe({"a": 2, "b": 2})
+    s.end_period()
+    assert s.n_for("a") == s.n_for("zzz") == s.n == 4
+
+
+def test_counts_above_n_are_clipped():
+    s = AdaptiveRolloutScaler(n_init=8)
+    s.observe({"twice": 12, "b": 8})
+    s.end_period()
+    assert s.last_decision["k_max"] == 8.0
+
+
+def test_state_dict_round_trip():
+    a = AdaptiveRolloutScaler(n_init=8, per_prompt=True)
+    a.observe({"x": 2, "y": 7})
+    a.end_period()
+    a.observe({"x": 3, "z": 1})  # an open period must survive a checkpoint too
+    b = AdaptiveRolloutScaler(n_init=8, per_prompt=True)
+    b.load_state_dict(a.state_dict())
+    assert b.n == a.n and b.n_for("x") == a.n_for("x") and b.last_decision == a.last_decision
+    assert a.end_period() == b.end_period()
+    assert a.state_dict() == b.state_dict()
+    with pytest.raises(ValueError, match=r"missing keys \['period'"):
+        b.load_state_dict({"n": 4})
+
+
+def test_fixed_scaler_interface():
+    s = FixedRolloutScaler(6)
+    s.observe({"a": 1, "b": 2})
+    assert s.end_period() == 6 and s.n == 6 and s.n_for("a") == 6
+    assert s.last_decision["k_mean"] == 1.5 and s.last_decision["n_next"] == 6.0
+    t = FixedRolloutScaler(6)
+    t.load_state_dict(s.state_dict())
+    assert t.n == 6
+
+
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        (dict(n_min=6, n_max=5), r"n_min = 6 > n_max = 5"),
+        (dict(n_init=8, n_min=1), r"n_min = 1 must be an integer >= 2"),
+        (dict(n_init=1), r"n_init = 1 must be an integer >= 2"),
+        (dict(n_init=8, n_max=6), r"n_init = 8 must lie in \[n_min, n_max\] = \[4, 6\]"),
+        (dict(beta=-1.0), r"beta = -1.0"),
+        (dict(rho_high=0.0), r"rho_high = 0.0 must lie in \(0, 1\]"),
+        (dict(headroom=-1), r"headroom = -1"),
+    ],
+)
+def test_bad_construction(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        AdaptiveRolloutScaler(**kwargs)
+
+
+def test_bad_counts():
+    s = AdaptiveRolloutScaler()
+    with pytest.raises(ValueError, match=r"kept count \['a'\] = -1 must be a non-negative integer"):
+        s.observe({"a": -1})
+    with pytest.raises(ValueError, match=r"kept count #0 = 2.5"):
+        s.observe([2.5])
