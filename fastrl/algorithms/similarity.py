@@ -190,28 +190,48 @@ def _group_intersections(packed: PackedTokens, gid: np.ndarray, G: int) -> tuple
     slot = np.empty(N, dtype=np.int64)
     slot[order] = np.arange(N) - starts[gid[order]]
     vocab = int(flat.max()) + 1 if flat.size else 1
-    if G * vocab * S >= 1 << 62:  # keep the packed key inside int64: compact the vocabulary
+    slot_bits = max(1, (S - 1).bit_length())  # slots packed in the low bits: shifts, not divisions
+    if G * vocab >= 1 << (62 - slot_bits):  # keep the packed key inside int64: compact the vocabulary
         _, flat = np.unique(flat, return_inverse=True)
         vocab = int(flat.max()) + 1
-    key = (np.repeat(gid.astype(np.int64), lens) * vocab + flat) * S + np.repeat(slot, lens)
+    # key = ((group * vocab + token) << slot_bits) | slot, built in place to avoid temporaries
+    key = np.repeat(gid.astype(np.int64), lens)
+    key *= vocab
+    key += flat
+    key <<= slot_bits
+    key |= np.repeat(slot, lens)
     key.sort()
     if key.size:
-        key = key[np.concatenate(([True], key[1:] != key[:-1]))]
-    gt = key // S  # group * vocab + token
-    s = key - gt * S
-    run_first = np.flatnonzero(np.concatenate(([True], gt[1:] != gt[:-1]))) if key.size else \
-        np.zeros(0, dtype=np.int64)
+        fresh = np.empty(key.size, dtype=bool)
+        fresh[0] = True
+        np.not_equal(key[1:], key[:-1], out=fresh[1:])
+        key = key[fresh]  # distinct (group, token, slot): repeats inside a response collapse
+    gt = key >> slot_bits  # group * vocab + token
+    s = key & ((1 << slot_bits) - 1)
+    if key.size:
+        new_run = np.empty(key.size, dtype=bool)
+        new_run[0] = True
+        np.not_equal(gt[1:], gt[:-1], out=new_run[1:])
+        run_first = np.flatnonzero(new_run)
+    else:
+        run_first = np.zeros(0, dtype=np.int64)
     inter = np.zeros((G, S, S), dtype=np.float64)
     if S <= _HIST_MAX_SLOTS:
         if key.size:
-            code = np.add.reduceat(np.left_shift(1, s), run_first)  # distinct bits: sum == OR
+            # bit code of each run = sum of its (distinct) slot bits, via a cumulative sum
+            csum = np.cumsum(np.left_shift(1, s, out=s))
+            ends = np.empty_like(run_first)
+            ends[:-1] = run_first[1:] - 1
+            ends[-1] = key.size - 1
+            code = csum[ends]
+            code[1:] -= csum[ends[:-1]]
             run_group = gt[run_first] // vocab
             hist = np.bincount(run_group * (1 << S) + code, minlength=G << S).reshape(G, 1 << S)
             bits = ((np.arange(1 << S)[:, None] >> np.arange(S)[None, :]) & 1).astype(np.float64)
             pair = (bits[:, :, None] * bits[:, None, :]).reshape(1 << S, S * S)
             inter = (hist.astype(np.float64) @ pair).reshape(G, S, S)
     else:
-        run_id = np.cumsum(np.concatenate(([True], gt[1:] != gt[:-1]))) - 1 if key.size else key
+        run_id = np.cumsum(new_run) - 1
         entry_group = gt // vocab
         bounds = np.searchsorted(entry_group, np.arange(G + 1))
         for g in range(G):
