@@ -166,7 +166,7 @@ def update_policy(
             shares[2] += float(loss.detach())
             check_finite(loss, f"policy loss (mini-batch {mb_index})")
             actor.backward(loss)
-            metrics["actor/entropy"] = float((entropy * mask).sum() / mask.sum().clamp_min(1))
+            metrics["actor/entropy"] = float((entropy.detach() * mask).sum() / mask.sum().clamp_min(1))
             for k, v in metrics.items():
                 sums[k] = sums.get(k, 0.0) + v
             count += 1

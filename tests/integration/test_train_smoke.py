@@ -30,11 +30,13 @@ def test_every_method_trains_at_smoke_scale(tmp_path, method):
             assert f"timing_s/{s}" in r
         assert r["tokens/generated"] > 0 and 0 < r["tokens/trained"] <= r["tokens/generated"]
         assert 0 < r["prune/kept_fraction"] <= 1
-        assert r["prune/kept"] % 8 == 0 or r["prune/kept"] == r["rollout/num_responses"]  # dp multiple
+        assert r["prune/kept"] % 2 == 0  # aligned to world size x micro-batch (1 x 2 at smoke scale)
     assert 0.0 <= summary["acc_after"] <= 1.0
     assert (tmp_path / method / "config.yaml").exists()
-    if method.startswith("fastrl") and method != "fastrl_no_mdap":
-        assert any(r["prune/kept_fraction"] < 1 for r in steps) or all(r["rollout/mixed_groups"] == 0 for r in steps)
+    if method in ("fastrl", "fastrl_dapo", "fastrl_gspo", "fastrl_no_ars"):
+        assert any(r["prune/kept_fraction"] < 1 for r in steps)  # MDAP pruned something
+    else:
+        assert all(r["prune/kept_fraction"] == 1 for r in steps) or method == "cppo"
 
 
 def test_reference_model_only_when_kl_is_on(tmp_path):
