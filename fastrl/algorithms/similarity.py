@@ -154,6 +154,9 @@ def grouped_jaccard_distances(
     G = int(group.max()) + 1 if num_groups is None and n else (num_groups or 0)
     if n == 0:
         return [torch.zeros(0, 0, dtype=dtype) for _ in range(G)]
+    if group.dim() != 1 or int(group.min()) < 0 or int(group.max()) >= G:
+        raise ValueError(f"{where}: group must be a 1-D tensor of ids in [0, {G}), got values in "
+                         f"[{int(group.min())}, {int(group.max())}] and shape {tuple(group.shape)}")
     inter, sizes = _group_intersections(packed, group.to(torch.long).numpy(), G)
     union = sizes[:, :, None] + sizes[:, None, :] - inter
     sim = np.divide(inter, union, out=np.ones_like(inter), where=union > 0)
