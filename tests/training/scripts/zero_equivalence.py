@@ -37,12 +37,13 @@ LR, EPS, CLIP = 1e-2, 1e-3, 1.0
 
 
 def actor_config(engine: str) -> ActorConfig:
-    """``engine``: ``plain`` or ``zero<stage>``, optionally followed by ``+bf16`` and/or ``+gc``
-    (gradient checkpointing), e.g. ``zero3+bf16+gc``."""
+    """``engine``: ``plain`` or ``zero<stage>``, optionally followed by ``+bf16``, ``+gc``
+    (gradient checkpointing) and/or ``+offload`` (ZeRO-Offload, DeepSpeedCPUAdam), e.g.
+    ``zero3+bf16+gc``."""
     base, *flags = engine.split("+")
     if base != "plain" and not (base.startswith("zero") and base[4:] in ("0", "1", "2", "3")):
         raise ValueError(f"unknown engine {engine!r}")
-    if set(flags) - {"bf16", "gc"}:
+    if set(flags) - {"bf16", "gc", "offload"}:
         raise ValueError(f"unknown flags in engine {engine!r}")
     return ActorConfig(
         lr=LR,
@@ -54,7 +55,7 @@ def actor_config(engine: str) -> ActorConfig:
         bf16="bf16" in flags,
         gradient_checkpointing="gc" in flags,
         use_deepspeed=base != "plain",
-        offload_optimizer=False,
+        offload_optimizer="offload" in flags,
         lr_warmup_steps=2,
         seed=3,
     )
