@@ -17,7 +17,8 @@ Everything is deterministic from ``seed``. Train and validation are disjoint: a 
 is a hash of its content, not of the seed, so no seed can leak validation problems into
 training. ``variant=`` selects held-out generators the policy never trains on (the
 "out-of-domain" benchmarks): ``mini-math``: ``long`` (four operands), ``swap`` (``a - b + c``);
-``mini-geo``: ``total`` (count both colours).
+``mini-geo``: ``total`` (count both colours). ``variant="ood"`` is an alias of the task's primary
+held-out variant (``OOD_ALIAS``).
 """
 
 from __future__ import annotations
@@ -36,10 +37,16 @@ VARIANTS: dict[str, tuple[str, ...]] = {
     "mini-math": ("default", "long", "swap"),
     "mini-geo": ("default", "total"),
 }
+# ``variant="ood"`` names each task's primary held-out generator.
+OOD_ALIAS: dict[str, str] = {"mini-math": "long", "mini-geo": "total"}
 SPLITS: tuple[str, ...] = ("train", "val")
 
 # Fraction of each problem space that belongs to the validation split (by content hash).
 VAL_BUCKETS = 10  # 1 bucket of 10 -> ~10 % of problems are validation problems
+
+# A draw is rejected when it belongs to the other split or repeats a problem; this many
+# rejections in a row mean the split has (almost) no unseen problem left.
+MAX_CONSECUTIVE_MISSES = 20_000
 
 # Numbers every generator may write, as whole tokens of the mini tokenizer.
 MAX_NUMBER = 99
@@ -297,7 +304,8 @@ _MAKERS: dict[str, Callable[[str, random.Random], _Problem]] = {
 def generate_task(name: str, *, split: str, num: int, seed: int, variant: str = "default") -> list[Record]:
     """Generate ``num`` distinct problems of task ``name`` from ``split``.
 
-    Deterministic in (name, split, num, seed, variant). ``Record.answer`` is the integer answer
+    Deterministic in (name, split, num, seed, variant); a larger ``num`` extends a smaller one's
+    list (same seed) rather than reshuffling it. ``Record.answer`` is the integer answer
     as a string; ``Record.meta`` holds ``solution`` (one worked solution, the SFT target, chosen
     by the seed), ``routes`` (all worked solutions), ``variant`` and ``split``. mini-geo records
     have one PIL image and one ``<image>`` placeholder in ``problem``.
@@ -309,29 +317,31 @@ def generate_task(name: str, *, split: str, num: int, seed: int, variant: str = 
         raise ValueError(f"generate_task: unknown task {name!r}; valid: {TASKS}")
     if split not in SPLITS:
         raise ValueError(f"generate_task: unknown split {split!r} for {name}; valid: {SPLITS}")
+    if variant == "ood":
+        variant = OOD_ALIAS[name]
     if variant not in VARIANTS[name]:
-        raise ValueError(f"generate_task: unknown variant {variant!r} for {name}; valid: {VARIANTS[name]}")
+        raise ValueError(
+            f"generate_task: unknown variant {variant!r} for {name}; valid: {VARIANTS[name]} or 'ood'"
+        )
     if num < 0:
         raise ValueError(f"generate_task: num must be >= 0 for {name}/{split}, got {num}")
     rng = random.Random(_stable_int("generate_task", name, split, variant, seed))
     make = _MAKERS[name]
     records: list[Record] = []
     seen: set[str] = set()
-    misses = 0
-    # A draw is rejected when it belongs to the other split or repeats a problem; a long run of
-    # rejections means the split is exhausted.
-    max_misses = 200 * max(num, 1) + 10_000
+    misses = 0  # consecutive rejections
     while len(records) < num:
         p = make(variant, rng)
         if p.key in seen or split_of(name, variant, p.key) != split:
             misses += 1
-            if misses > max_misses:
+            if misses > MAX_CONSECUTIVE_MISSES:
                 raise ValueError(
                     f"generate_task: {name}/{variant}/{split} ran out of distinct problems after "
                     f"{len(records)} (asked for {num})"
                 )
             continue
         seen.add(p.key)
+        misses = 0
         solution = p.routes[rng.randrange(len(p.routes))]
         records.append(
             Record(

@@ -13,12 +13,14 @@ The special tokens are named as in Qwen2/Qwen2.5-VL (``<|im_start|>``, ``<|im_en
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers
 from transformers import PreTrainedTokenizerFast
 
 from fastrl.data.synthetic import BOXED_CLOSE, BOXED_OPEN, MAX_NUMBER, TASK_WORDS, THINK_CLOSE, THINK_OPEN
+from fastrl.data.templates import FASTRL_INSTRUCTION
 
 PAD_TOKEN = "<|endoftext|>"
 EOS_TOKEN = "<|im_end|>"
@@ -49,11 +51,26 @@ CHAT_TEMPLATE = (
 )
 
 
+# Prompt texts the mini tasks are wrapped in (data.template ``fastrl_math``): their words get
+# real tokens instead of ``<unk>``.
+PROMPT_TEXTS: tuple[str, ...] = (FASTRL_INSTRUCTION,)
+
+
+def _words_of(text: str) -> list[str]:
+    """Words and single symbols of ``text`` as the pre-tokenizer splits them (markers removed)."""
+    for marker in FORMAT_TOKENS:
+        text = text.replace(marker, " ")
+    return re.findall(r"\w+|[^\w\s]", text)
+
+
 def mini_vocabulary() -> list[str]:
     """All tokens in id order: special tokens, format markers, ``}``, numbers, words."""
     vocab: list[str] = [*SPECIAL_TOKENS, *FORMAT_TOKENS, BOXED_CLOSE]
     vocab += [str(i) for i in range(MAX_NUMBER + 1)]
-    vocab += [w for w in (*ROLE_WORDS, *TASK_WORDS) if w not in vocab]
+    words = [*ROLE_WORDS, *TASK_WORDS] + [w for t in PROMPT_TEXTS for w in _words_of(t)]
+    for w in words:
+        if w not in vocab:
+            vocab.append(w)
     if len(set(vocab)) != len(vocab):
         dup = sorted({t for t in vocab if vocab.count(t) > 1})
         raise ValueError(f"mini vocabulary has duplicate tokens: {dup}")

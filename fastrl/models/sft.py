@@ -1,0 +1,344 @@
+"""SFT warm start of a tiny model on a generated task's worked solutions (mini/smoke scales).
+
+RL needs mixed groups: a policy that never solves a question (or always does) gives all-equal
+rewards and zero advantages. The warm start teaches the response format and some arithmetic so
+that validation accuracy lands between the extremes; RL then has something to learn.
+
+Cached: the output directory is named by a hash of every input that changes the weights (task,
+spec, seed, steps, lr, batch size, number of training problems, prompt template text, tokenizer
+vocabulary, this module's SFT_VERSION). A directory with a complete manifest is returned as is;
+training writes to a temporary directory renamed into place at the end, so a killed run never
+leaves a half-written cache entry.
+
+Every SFT example uses a worked solution drawn at random among the problem's routes (see
+``fastrl.data.synthetic``), so the policy samples several routes at T=1 and responses to one
+question differ in their token sets.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import math
+import os
+import random
+import shutil
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+import torch
+
+from fastrl.data.schema import Record
+from fastrl.data.synthetic import generate_task
+from fastrl.data.templates import TEMPLATE_REWARD, build_prompt_text
+from fastrl.models.builders import TinyModelSpec, build_tiny_model_dir, load_policy
+from fastrl.models.forward import collate, response_logprobs
+from fastrl.models.processing import PromptEncoder
+from fastrl.models.tokenizer import mini_vocabulary
+from fastrl.rollout.base import PromptInput, SamplingConfig
+from fastrl.rollout.hf import HFRolloutEngine
+
+log = logging.getLogger(__name__)
+
+SFT_VERSION = 1  # bump when the training recipe below changes the weights it produces
+MANIFEST = "sft_manifest.json"
+JACCARD_QUANTILES = (0.05, 0.25, 0.5, 0.75, 0.95)
+
+
+@dataclass
+class EvalSettings:
+    """What ``evaluate_policy`` measures after SFT (not part of the cache key)."""
+
+    num_prompts: int = 64
+    n: int = 8
+    max_new_tokens: int = 48
+    batch_size: int = 128
+    seed: int = 0
+
+
+def sft_inputs(
+    task: str, spec: TinyModelSpec, *, seed: int, steps: int, lr: float, batch_size: int, num_train: int,
+    template: str, warmup_frac: float, weight_decay: float,
+) -> dict[str, Any]:
+    """Every input that changes the SFT weights (hashed into the cache directory name)."""
+    probe = Record(uid="probe", problem="{problem}", answer="0", source=task)
+    return {
+        "sft_version": SFT_VERSION,
+        "task": task,
+        "spec": spec.to_dict(),
+        "seed": seed,
+        "steps": steps,
+        "lr": lr,
+        "batch_size": batch_size,
+        "num_train": num_train,
+        "template": template,
+        "template_text": build_prompt_text(probe, template),
+        "vocab_sha": hashlib.sha256("\n".join(mini_vocabulary()).encode()).hexdigest()[:16],
+        "warmup_frac": warmup_frac,
+        "weight_decay": weight_decay,
+    }
+
+
+def cache_key(inputs: dict[str, Any]) -> str:
+    return hashlib.sha256(json.dumps(inputs, sort_keys=True).encode()).hexdigest()[:12]
+
+
+def _lr_at(step: int, steps: int, lr: float, warmup: int) -> float:
+    """Linear warm-up, then cosine decay to 10 % of ``lr``."""
+    if step < warmup:
+        return lr * (step + 1) / warmup
+    progress = (step - warmup) / max(1, steps - warmup)
+    return lr * (0.1 + 0.9 * 0.5 * (1.0 + math.cos(math.pi * progress)))
+
+
+def _encode_all(encoder: PromptEncoder, records: Sequence[Record], template: str) -> list[PromptInput]:
+    return [encoder.encode(r.uid, build_prompt_text(r, template), list(r.images)) for r in records]
+
+
+def _route_ids(tokenizer: Any, records: Sequence[Record]) -> list[list[list[int]]]:
+    """Token ids of every worked solution of every record, each ending with EOS."""
+    out = []
+    for r in records:
+        routes = r.meta.get("routes")
+        if not routes:
+            raise ValueError(f"SFT: record uid={r.uid} has no meta['routes'] (worked solutions)")
+        out.append([tokenizer(t, add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id] for t in routes])
+    unk = tokenizer.unk_token_id
+    for r, routes in zip(records, out):
+        if any(unk in ids for ids in routes):
+            raise ValueError(f"SFT: a worked solution of uid={r.uid} has words outside the tokenizer")
+    return out
+
+
+def train_sft(
+    model: torch.nn.Module,
+    prompts: Sequence[PromptInput],
+    targets: Sequence[Sequence[Sequence[int]]],
+    *,
+    pad_id: int,
+    seed: int,
+    steps: int,
+    lr: float,
+    batch_size: int,
+    warmup_frac: float,
+    weight_decay: float,
+    log_every: int,
+) -> list[float]:
+    """Teacher-forced SFT: minimise -mean log pi(solution token) over response tokens.
+
+    Each step draws ``batch_size`` problems and one random route of each. Returns the loss of
+    every step.
+    """
+    rng = random.Random(seed)
+    opt = torch.optim.AdamW(model.parameters(), lr=lr, betas=(0.9, 0.98), weight_decay=weight_decay)
+    warmup = max(1, int(warmup_frac * steps))
+    model.train()
+    losses: list[float] = []
+    t0 = time.perf_counter()
+    for step in range(steps):
+        for g in opt.param_groups:
+            g["lr"] = _lr_at(step, steps, lr, warmup)
+        idx = [rng.randrange(len(prompts)) for _ in range(batch_size)]
+        resp = [targets[i][rng.randrange(len(targets[i]))] for i in idx]
+        batch = collate([prompts[i] for i in idx], resp, pad_id)
+        logp = response_logprobs(model, batch)
+        loss = -(logp.sum() / batch["response_mask"].sum())
+        if not torch.isfinite(loss):
+            raise FloatingPointError(f"SFT: loss is {loss.item()} at step {step}")
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        losses.append(loss.item())
+        if (step + 1) % log_every == 0 or step + 1 == steps:
+            log.info("sft step %d/%d loss %.4f lr %.2e (%.1fs)", step + 1, steps, np.mean(losses[-log_every:]),
+                     opt.param_groups[0]["lr"], time.perf_counter() - t0)
+    model.eval()
+    return losses
+
+
+def jaccard_distance(a: Sequence[int], b: Sequence[int]) -> float:
+    """1 - |A ∩ B| / |A ∪ B| of the token sets (two empty responses: distance 0)."""
+    sa, sb = set(a), set(b)
+    union = len(sa | sb)
+    return 0.0 if union == 0 else 1.0 - len(sa & sb) / union
+
+
+def evaluate_policy(
+    model: torch.nn.Module,
+    tokenizer: Any,
+    prompts: Sequence[PromptInput],
+    records: Sequence[Record],
+    *,
+    reward: str,
+    settings: EvalSettings,
+) -> dict[str, Any]:
+    """Greedy and T=1 accuracy, mixed-group fraction, Jaccard distances in same-reward groups.
+
+    Sampling: ``settings.n`` responses per prompt at T=1 (top-p 1, no top-k). A group is mixed
+    when its accuracies are neither all 0 nor all 1. Jaccard distances are over all pairs of
+    responses to the same question with the same overall reward (MDAP's advantage groups).
+    """
+    from fastrl.rewards import score_batch
+
+    engine = HFRolloutEngine(model, tokenizer, eos_token_ids=[tokenizer.eos_token_id],
+                             pad_token_id=tokenizer.pad_token_id, batch_size=settings.batch_size)
+    k = min(settings.num_prompts, len(prompts))
+    prompts, records = list(prompts[:k]), list(records[:k])
+
+    def _score(responses: list[Any]) -> list[dict[str, float]]:
+        scores, _ = score_batch(reward, [r.text for r in responses], [records[r.prompt_index].answer for r in responses])
+        return scores
+
+    t0 = time.perf_counter()
+    greedy = engine.generate(prompts, 1, SamplingConfig(temperature=0.0, max_new_tokens=settings.max_new_tokens))
+    g_scores = _score(greedy)
+    sampled = engine.generate(prompts, settings.n, SamplingConfig(temperature=1.0, max_new_tokens=settings.max_new_tokens,
+                                                                  seed=settings.seed))
+    s_scores = _score(sampled)
+    by_prompt: dict[int, list[int]] = {}
+    for j, r in enumerate(sampled):
+        by_prompt.setdefault(r.prompt_index, []).append(j)
+    mixed = 0
+    distances: list[float] = []
+    group_sizes: list[int] = []
+    for members in by_prompt.values():
+        accs = [s_scores[j]["accuracy"] for j in members]
+        mixed += 0 < sum(accs) < len(accs)
+        by_reward: dict[float, list[int]] = {}
+        for j in members:
+            by_reward.setdefault(s_scores[j]["overall"], []).append(j)
+        for same in by_reward.values():
+            group_sizes.append(len(same))
+            for a in range(len(same)):
+                for b in range(a + 1, len(same)):
+                    distances.append(jaccard_distance(sampled[same[a]].response_ids, sampled[same[b]].response_ids))
+    d = np.asarray(distances) if distances else np.zeros(0)
+    return {
+        "num_prompts": k,
+        "n": settings.n,
+        "greedy_accuracy": float(np.mean([s["accuracy"] for s in g_scores])),
+        "greedy_format": float(np.mean([s["format"] for s in g_scores])),
+        "sampled_accuracy": float(np.mean([s["accuracy"] for s in s_scores])),
+        "sampled_format": float(np.mean([s["format"] for s in s_scores])),
+        "sampled_mean_reward": float(np.mean([s["overall"] for s in s_scores])),
+        "mixed_group_fraction": mixed / max(1, len(by_prompt)),
+        "sampled_mean_length": float(np.mean([len(r.response_ids) for r in sampled])),
+        "sampled_stop_fraction": float(np.mean([r.finish_reason == "stop" for r in sampled])),
+        "same_reward_group_size_mean": float(np.mean(group_sizes)) if group_sizes else 0.0,
+        "jaccard_pairs": int(d.size),
+        "jaccard_quantiles": {str(q): float(np.quantile(d, q)) for q in JACCARD_QUANTILES} if d.size else {},
+        "jaccard_mean": float(d.mean()) if d.size else float("nan"),
+        "jaccard_frac_below_0.8": float((d < 0.8).mean()) if d.size else float("nan"),
+        "jaccard_frac_zero": float((d == 0).mean()) if d.size else float("nan"),
+        "eval_seconds": time.perf_counter() - t0,
+    }
+
+
+def _read_manifest(path: Path) -> dict[str, Any] | None:
+    try:
+        return json.loads((path / MANIFEST).read_text())
+    except (OSError, json.JSONDecodeError):
+        return None
+
+
+def warm_start(
+    task: str,
+    spec: TinyModelSpec,
+    *,
+    out_root: Path,
+    seed: int,
+    steps: int,
+    lr: float,
+    batch_size: int = 32,
+    num_train: int = 2000,
+    template: str = "fastrl_math",
+    warmup_frac: float = 0.05,
+    weight_decay: float = 0.0,
+    num_threads: int | None = None,
+    eval_settings: EvalSettings | None = None,
+    log_every: int | None = None,
+) -> Path:
+    """SFT a tiny ``spec`` model on ``task``'s worked solutions; return its directory (cached).
+
+    The directory (``out_root / f"{task}-{kind}-{hash}"``) loads with ``load_policy`` and vLLM
+    and holds ``sft_manifest.json``: the inputs, the wall time, the loss curve summary and the
+    validation metrics of ``evaluate_policy`` (greedy and T=1 accuracy, mixed-group fraction,
+    Jaccard distances inside same-reward groups). ``eval_settings.num_prompts = 0`` skips the
+    evaluation. ``num_threads`` sets torch's intra-op threads for the run (then restores them).
+    """
+    if steps < 0 or batch_size < 1 or lr <= 0:
+        raise ValueError(f"warm_start: need steps >= 0, batch_size >= 1, lr > 0; got {steps}, {batch_size}, {lr}")
+    inputs = sft_inputs(task, spec, seed=seed, steps=steps, lr=lr, batch_size=batch_size, num_train=num_train,
+                        template=template, warmup_frac=warmup_frac, weight_decay=weight_decay)
+    key = cache_key(inputs)
+    out_root = Path(out_root)
+    final = out_root / f"{task}-{spec.kind}-{key}"
+    manifest = _read_manifest(final)
+    if manifest is not None and manifest.get("inputs") == inputs:
+        log.info("sft cache hit: %s (val greedy accuracy %s)", final,
+                 manifest.get("metrics", {}).get("greedy_accuracy"))
+        return final
+    if final.exists():  # a directory without a matching manifest is not a valid cache entry
+        log.warning("sft cache: %s has no matching manifest; rebuilding", final)
+        shutil.rmtree(final)
+    out_root.mkdir(parents=True, exist_ok=True)
+    tmp = out_root / f".tmp-{task}-{key}-{os.getpid()}"
+    if tmp.exists():
+        shutil.rmtree(tmp)
+    prev_threads = torch.get_num_threads()
+    if num_threads is not None:
+        torch.set_num_threads(num_threads)
+    try:
+        t0 = time.perf_counter()
+        build_tiny_model_dir(spec, tmp, seed=seed)
+        model, processor = load_policy(tmp)
+        encoder = PromptEncoder.from_processor(processor)
+        tokenizer = encoder.tokenizer
+        train = generate_task(task, split="train", num=num_train, seed=seed)
+        prompts = _encode_all(encoder, train, template)
+        targets = _route_ids(tokenizer, train)
+        t_prep = time.perf_counter() - t0
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(seed)
+            losses = train_sft(model, prompts, targets, pad_id=tokenizer.pad_token_id, seed=seed, steps=steps, lr=lr,
+                               batch_size=batch_size, warmup_frac=warmup_frac, weight_decay=weight_decay,
+                               log_every=log_every or max(1, steps // 10))
+        t_train = time.perf_counter() - t0 - t_prep
+        model.save_pretrained(str(tmp), safe_serialization=True)
+        settings = eval_settings or EvalSettings()
+        metrics: dict[str, Any] = {}
+        if settings.num_prompts > 0:
+            val = generate_task(task, split="val", num=settings.num_prompts, seed=seed)
+            metrics = evaluate_policy(model, tokenizer, _encode_all(encoder, val, template), val,
+                                      reward=TEMPLATE_REWARD[template], settings=settings)
+            log.info("sft %s: val greedy accuracy %.3f, T=1 accuracy %.3f, mixed groups %.2f", task,
+                     metrics["greedy_accuracy"], metrics["sampled_accuracy"], metrics["mixed_group_fraction"])
+        record = {
+            "inputs": inputs,
+            "key": key,
+            "prep_seconds": t_prep,
+            "train_seconds": t_train,
+            "torch_threads": torch.get_num_threads(),
+            "num_parameters": sum(p.numel() for p in model.parameters()),
+            "loss_first": losses[0] if losses else None,
+            "loss_last_10pct": float(np.mean(losses[-max(1, len(losses) // 10):])) if losses else None,
+            "eval_settings": settings.__dict__,
+            "metrics": metrics,
+        }
+        (tmp / MANIFEST).write_text(json.dumps(record, indent=2, sort_keys=True))
+        try:
+            tmp.rename(final)
+        except OSError:
+            if _read_manifest(final) is None:  # not a concurrent writer that finished first
+                raise
+            shutil.rmtree(tmp)
+        return final
+    finally:
+        torch.set_num_threads(prev_threads)
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
