@@ -10,14 +10,20 @@ which is all :func:`init_distributed` reads::
     DS_ACCELERATOR=cpu deepspeed --num_gpus 2 --master_port 29512 script.py ...
     DS_ACCELERATOR=cpu torchrun --nproc_per_node 2 --master_port 29512 script.py ...
 
-On a CPU-only machine (measured with DeepSpeed 0.19.8, torch 2.13 CPU, 2 cores): ``deepspeed
---num_gpus N`` starts N ranks with ``DS_ACCELERATOR=cpu`` (its launcher, like torchrun, spawns
-local processes; it also appends ``--local_rank=R`` to the script's arguments, so a script must
-accept that flag or be started with ``--no_local_rank``). The CPU accelerator's backend is
-``ccl`` when ``oneccl_bindings_for_pytorch`` is installed and ``gloo`` otherwise; FastRL uses
-``gloo`` on CPU. DeepSpeed's first ``init_distributed`` on CPU JIT-builds a shared-memory comm
-op (``deepspeed_shm_comm``, ~60 s on 2 cores); ``TORCH_EXTENSIONS_DIR`` (the tests point it at
-``<repo>/.cache/torch_extensions``) caches it so later starts take ~0.1 s.
+On a CPU-only machine (measured with DeepSpeed 0.19.8, torch 2.13 CPU, 2 shared cores): both
+launchers work. ``deepspeed --num_gpus N`` starts N local ranks under ``DS_ACCELERATOR=cpu`` and
+appends ``--local_rank=R`` to the script's arguments (the script must accept that flag, or be
+started with ``--no_local_rank``); ``torchrun --nproc_per_node N`` passes nothing extra. The same
+2-rank ZeRO-3 + ZeRO-2 script took 29 s under ``deepspeed`` and 24 s under ``torchrun``. The tests
+use the ``deepspeed`` launcher (what multi-node paper-scale runs use, via its hostfile).
+``--bind_cores_to_rank`` is not used: it needs ``numactl`` (not installed here).
+
+The CPU accelerator's backend is ``ccl`` when ``oneccl_bindings_for_pytorch`` is installed and
+``gloo`` otherwise; FastRL initialises ``gloo`` on CPU (DeepSpeed then wraps that group). The first
+DeepSpeed engine on CPU JIT-builds a shared-memory comm op (``deepspeed_shm_comm``: 61 s measured)
+and ZeRO-Offload's ``DeepSpeedCPUAdam`` builds ``cpu_adam`` (235 s measured under load);
+``TORCH_EXTENSIONS_DIR`` (the tests point it at ``<repo>/.cache/torch_extensions``) caches both,
+after which loading takes ~0.1 s.
 """
 
 from __future__ import annotations
