@@ -36,3 +36,4 @@ data: setup
 
 clean:
 	rm -rf runs .pytest_cache
+include experiments.mk

@@ -1,0 +1,34 @@
+# Experiments: `make <target>` regenerates a table or figure of the paper (see experiments/README.md).
+# Included by the main Makefile (which defines PY, STAMP and `setup`).
+#
+#   make table1                      mini scale (default), 3 seeds, CPU
+#   make table1 SCALE=paper          the paper's setting (GPUs, vLLM, ZeRO-3)
+#   make table1 SCALE=smoke          seconds per run (tests, CI)
+#   make table1 SEEDS="1 2"          other seeds; RUNS=dir another run root
+#   make table1 OVERRIDES="trainer.total_steps=40"   extra overrides for every run (new run dirs needed)
+#   make table1 EXP_FLAGS=--dry-run  plan and time estimate only (also: --collect-only, --fail-fast)
+#
+# Every target prints how long it will take before it starts, reuses finished runs, then writes
+# paper_figures/generated/<target>.csv and .md (paper numbers beside measured ones).
+
+SCALE ?= mini
+SEEDS ?=
+RUNS ?= runs
+OVERRIDES ?=
+EXP_FLAGS ?=
+EXP_RUN = $(PY) -m experiments.run
+EXP_ARGS = --scale $(SCALE) --seeds "$(SEEDS)" --runs-root $(RUNS) $(if $(strip $(OVERRIDES)),--override "$(OVERRIDES)") $(EXP_FLAGS)
+
+EXPERIMENT_TARGETS := table1 table2 table3 table4 table5 table6 table7 table8 ablation tau-sweep correlation lag figures reproduce
+
+.PHONY: $(EXPERIMENT_TARGETS) calibrate experiments-list
+
+$(EXPERIMENT_TARGETS): setup
+	$(EXP_RUN) $@ $(EXP_ARGS)
+
+# Time 2 GRPO steps of every setting on this machine, so the estimates above are measured.
+calibrate: setup
+	$(EXP_RUN) calibrate $(EXP_ARGS)
+
+experiments-list: setup
+	$(EXP_RUN) list

@@ -1,0 +1,1 @@
+"""Experiments: one folder per table / figure of the paper (see experiments/README.md)."""

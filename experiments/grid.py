@@ -1,0 +1,83 @@
+"""The shared shape of most targets: a grid of (setting, variant, seed) training runs whose
+summaries become one table. Each ``experiments/<target>/target.py`` names its metrics and any
+derived rows; everything else (planning, reuse, paper-scale OOD evaluation, output) is here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Sequence
+
+from experiments import collect as C
+from experiments.evals import eval_jobs, run_job
+from experiments.logs import is_finished
+from experiments.spec import RunSpec, build_runs, load_table
+
+
+@dataclass
+class Context:
+    """What every target is run with (from the command line / Makefile)."""
+
+    scale: str
+    seeds: list[int]
+    runs_root: Path
+    out_dir: Path
+    launcher: str
+    extra_overrides: tuple[str, ...] = ()
+    fail_fast: bool = False
+    figures_dir: Path | None = None  # where notebooks write PNGs (default: out_dir)
+    # paper scale: read the prepared training files to turn epochs into trainer.total_steps
+    # (off for --dry-run and for collecting, which must work without the data)
+    resolve_paper_steps: bool = True
+    failures: list[str] = field(default_factory=list)
+
+
+def specs_for(target: str, ctx: Context, *, resolve_paper_steps: bool = False) -> list[RunSpec]:
+    return build_runs(target, ctx.scale, ctx.seeds, ctx.runs_root, extra_overrides=ctx.extra_overrides,
+                      resolve_paper_steps=resolve_paper_steps and ctx.resolve_paper_steps)
+
+
+def paper_ood_evals(specs: Sequence[RunSpec], ctx: Context) -> None:
+    """Paper scale: evaluate each finished run on its out-of-domain benchmarks (k = 1)."""
+    if ctx.scale != "paper":
+        return
+    for s in specs:
+        if not is_finished(s.run_dir):
+            continue
+        for job in eval_jobs(s, k=1, subdir="eval", include_in_domain=False):
+            if not job.done():
+                print(f"-- eval {job.name} on {s.run_dir}", flush=True)
+                run_job(job, "subprocess")
+
+
+MetricRename = dict[str, str]
+Derive = Callable[[list[C.Row]], list[C.Row]]
+
+
+def collect_grid(
+    target: str,
+    ctx: Context,
+    *,
+    metrics: Sequence[str],
+    rename: MetricRename | None = None,
+    derive: Derive | None = None,
+    extra: Callable[[C.Cell], dict[int, dict[str, float]]] | None = None,
+    preamble: str = "",
+) -> tuple[Path, Path]:
+    """Paper rows + measured rows (+ derived rows) -> <out_dir>/<target>.csv and .md."""
+    table = load_table(target)
+    specs = specs_for(target, ctx, resolve_paper_steps=False)  # run dirs do not depend on total_steps
+    measured = C.grid_rows(target, specs, baseline=table.get("baseline"), rename=rename, extra=extra)
+    if derive is not None:
+        measured += derive(measured)
+    rows = C.paper_rows(target, table["paper_table"]) + measured
+    ood = sorted({r.metric for r in measured if r.metric.startswith("ood/")})
+    order = [m for m in metrics if m != "ood/*"]
+    if "ood/*" in metrics:
+        i = list(metrics).index("ood/*")
+        order = [*metrics[:i], *ood, *metrics[i + 1:]]
+    # the markdown shows the listed metrics and every metric the paper gives; the CSV has them all
+    order += sorted({r.metric for r in rows if r.source == "paper"} - set(order))
+    md = C.markdown(table["title"], rows, order, preamble=preamble)
+    return C.write_outputs(target, rows, md, ctx.out_dir)

@@ -1,0 +1,145 @@
+"""Reading run logs: ``<run_dir>/metrics.jsonl`` (see fastrl.training.metrics) and eval outputs.
+
+A run is *finished* when its log ends with the ``"phase": "val_final"`` line the trainer writes
+after training (final validation and out-of-domain accuracy). Everything here is pure reading,
+so collectors and notebooks can run on logs copied from another machine.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from fastrl.training.metrics import read_metrics
+
+SPEC_FILE = "run_spec.json"  # written by experiments.runner next to metrics.jsonl
+
+
+def is_finished(run_dir: Path) -> bool:
+    rows = read_metrics(Path(run_dir))
+    return bool(rows) and rows[-1].get("phase") == "val_final"
+
+
+def train_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The per-step training lines (those with a step time), in step order."""
+    return sorted((r for r in rows if "timing_s/step" in r), key=lambda r: r["step"])
+
+
+def val_curve(rows: list[dict[str, Any]]) -> list[tuple[int, float]]:
+    """(step, validation accuracy): before training, every val_every, and the final one."""
+    out: list[tuple[int, float]] = []
+    for r in rows:
+        if r.get("phase") == "val" and "val/accuracy_before" in r:
+            out.append((int(r["step"]), float(r["val/accuracy_before"])))
+        elif "val/accuracy" in r:
+            out.append((int(r["step"]), float(r["val/accuracy"])))
+    # a val_every point at the last step and the final line can coincide: keep the final one
+    dedup: dict[int, float] = {}
+    for s, a in out:
+        dedup[s] = a
+    return sorted(dedup.items())
+
+
+@dataclass
+class RunSummary:
+    """What the tables need from one finished run."""
+
+    run_dir: Path
+    steps: int
+    train_time_s: float  # sum of timing_s/step over training steps (excludes validation)
+    acc_before: float | None
+    acc_after: float
+    ood: dict[str, float]  # benchmark -> accuracy
+    tokens_generated: float
+    tokens_trained: float
+    kept_fraction: float  # kept / generated responses over the run
+    mean_n: float
+    timing: dict[str, float] = field(default_factory=dict)  # stage -> total seconds
+    spec: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def avg_acc(self) -> float:
+        """Mean of in-domain and every out-of-domain accuracy (the paper's "average")."""
+        vals = [self.acc_after, *self.ood.values()]
+        return float(np.mean(vals))
+
+    @property
+    def ood_avg(self) -> float | None:
+        return float(np.mean(list(self.ood.values()))) if self.ood else None
+
+
+def read_spec(run_dir: Path) -> dict[str, Any]:
+    p = Path(run_dir) / SPEC_FILE
+    return json.loads(p.read_text()) if p.is_file() else {}
+
+
+def eval_results(run_dir: Path, subdir: str = "eval") -> dict[str, dict[str, float]]:
+    """``<run_dir>/<subdir>/<name>/eval.json`` files -> {benchmark: metrics} (paper-scale OOD, k=16)."""
+    out: dict[str, dict[str, float]] = {}
+    root = Path(run_dir) / subdir
+    if not root.is_dir():
+        return out
+    for f in sorted(root.glob("*/eval.json")):
+        data = json.loads(f.read_text())
+        for bench, m in data.get("benchmarks", {}).items():
+            out[bench] = {k: float(v) for k, v in m.items() if isinstance(v, (int, float))}
+    return out
+
+
+def summarize(run_dir: Path) -> RunSummary:
+    """Summary of a finished run; raises ValueError naming the run when it is not finished."""
+    run_dir = Path(run_dir)
+    rows = read_metrics(run_dir)
+    if not rows or rows[-1].get("phase") != "val_final":
+        raise ValueError(f"{run_dir}/metrics.jsonl: run not finished (no final 'val_final' line)")
+    final = rows[-1]
+    steps = train_rows(rows)
+    before = [r for r in rows if r.get("phase") == "val" and "val/accuracy_before" in r]
+    total = lambda key: float(sum(float(r.get(key, 0.0)) for r in steps))  # noqa: E731
+    ood = {k.split("/")[1]: float(v) for k, v in final.items() if k.startswith("ood/") and k.endswith("/accuracy")}
+    # paper scale: out-of-domain benchmarks are evaluated by `fastrl eval` into <run>/eval/<name>/
+    ood.update({b: m["accuracy"] for b, m in eval_results(run_dir).items() if "accuracy" in m})
+    timing = {k.split("/", 1)[1]: total(k) for k in (steps[0] if steps else {}) if k.startswith("timing_s/")}
+    generated = total("rollout/num_responses")
+    return RunSummary(
+        run_dir=run_dir,
+        steps=len(steps),
+        train_time_s=total("timing_s/step"),
+        acc_before=float(before[0]["val/accuracy_before"]) if before else None,
+        acc_after=float(final["val/accuracy"]),
+        ood=ood,
+        tokens_generated=total("tokens/generated"),
+        tokens_trained=total("tokens/trained"),
+        kept_fraction=total("prune/kept") / generated if generated else float("nan"),
+        mean_n=float(np.mean([float(r["rollout/n"]) for r in steps])) if steps else float("nan"),
+        timing=timing,
+        spec=read_spec(run_dir),
+    )
+
+
+def find_runs(runs_root: Path, group: str, scale: str) -> list[Path]:
+    """Every run directory (holding metrics.jsonl) under ``<runs_root>/<group>/<scale>/``."""
+    base = Path(runs_root) / group / scale
+    return sorted(p.parent for p in base.glob("*/*/seed*/metrics.jsonl"))
+
+
+def series(rows: list[dict[str, Any]], key: str) -> tuple[np.ndarray, np.ndarray]:
+    """(steps, values) of ``key`` over the training lines that have it."""
+    pts = [(r["step"], float(r[key])) for r in train_rows(rows) if key in r]
+    if not pts:
+        return np.zeros(0), np.zeros(0)
+    s, v = zip(*pts)
+    return np.asarray(s, dtype=float), np.asarray(v, dtype=float)
+
+
+def cumulative_wall(rows: list[dict[str, Any]]) -> dict[int, float]:
+    """step -> training wall-clock seconds up to the end of that step (sum of timing_s/step)."""
+    out, acc = {0: 0.0}, 0.0
+    for r in train_rows(rows):
+        acc += float(r["timing_s/step"])
+        out[int(r["step"])] = acc
+    return out

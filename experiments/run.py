@@ -1,0 +1,181 @@
+"""``python -m experiments.run TARGET --scale S``: the one driver behind every ``make`` target.
+
+For a target it (1) builds the run list from configs/tables/<target>.yaml, (2) prints how many
+runs are already finished (reused, never recomputed), how many will run, and how long that should
+take, (3) trains the missing runs, (4) runs the target's post-training step (evaluations, the
+correlation measurement, notebooks), (5) collects paper_figures/generated/<target>.csv / .md.
+
+    python -m experiments.run table1 --scale mini --seeds "1 2 3"
+    python -m experiments.run table1 --dry-run           # plan and estimate only
+    python -m experiments.run table1 --collect-only      # tables from the logs already there
+    python -m experiments.run calibrate --scale mini     # time 2 steps per setting, for estimates
+    python -m experiments.run list
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import os
+import platform
+import sys
+import time
+from pathlib import Path
+from types import ModuleType
+from typing import Sequence
+
+from experiments.collect import GENERATED_DIR
+from experiments.grid import Context
+from experiments.runner import (
+    CALIBRATION_DIR, DEFAULT_LAUNCHER, LAUNCHERS, RunError, execute, launch, print_plan, unique,
+)
+from experiments.spec import SCALES, SpecError, build_runs, load_table, parse_seeds
+
+TARGETS: dict[str, str] = {
+    "table1": "experiments.table1.target",
+    "table2": "experiments.table2.target",
+    "table3": "experiments.table3.target",
+    "table4": "experiments.table4.target",
+    "table5": "experiments.table5.target",
+    "table6": "experiments.table6.target",
+    "table7": "experiments.table7.target",
+    "table8": "experiments.table8.target",
+    "correlation": "experiments.correlation.target",
+    "lag": "experiments.lag.target",
+    "figures": "experiments.figures.target",
+}
+ALIASES: dict[str, str] = {"ablation": "table2", "tau-sweep": "table7"}
+# `reproduce`: data statistics first, then the tables (Table 4 evaluates Table 1's policies),
+# the measurements, and the figures last (they read every other target's logs).
+REPRODUCE_ORDER: tuple[str, ...] = ("table6", "table1", "table2", "table3", "table4", "table5", "table7", "table8",
+                                    "correlation", "lag", "figures")
+
+
+def target_module(name: str) -> ModuleType:
+    name = ALIASES.get(name, name)
+    if name not in TARGETS:
+        raise SpecError(f"unknown target {name!r}; valid: {sorted([*TARGETS, *ALIASES, 'reproduce'])}")
+    return importlib.import_module(TARGETS[name])
+
+
+def run_target(name: str, ctx: Context, *, dry_run: bool = False, collect_only: bool = False) -> list[str]:
+    """Plan, train what is missing, post-process, collect. Returns failure messages."""
+    mod = target_module(name)
+    ctx.resolve_paper_steps = not dry_run
+    runs = unique(mod.specs(ctx))
+    print(f"\n##### {ALIASES.get(name, name)}: {mod.DESCRIPTION}", flush=True)
+    print_plan(ALIASES.get(name, name), ctx.scale, runs, ctx.runs_root, ctx.launcher)
+    describe = getattr(mod, "describe", None)
+    if describe is not None:
+        describe(ctx)
+    if dry_run:
+        return []
+    failures: list[str] = []
+    if not collect_only:
+        failures += [f"{s.run_dir}: {msg}" for s, msg in execute(runs, ctx.launcher, fail_fast=ctx.fail_fast)]
+        post = getattr(mod, "post", None)
+        if post is not None:
+            try:
+                post(ctx, runs)
+            except Exception as exc:  # noqa: BLE001 -- reported with the target named, collection still runs
+                if ctx.fail_fast:
+                    raise
+                failures.append(f"{name} post-processing: {exc!r}")
+    for path in mod.collect(ctx):
+        print(f"   wrote {path}")
+    return failures
+
+
+def calibrate(ctx: Context, targets: Sequence[str]) -> Path:
+    """Time a 2-step GRPO run of every setting the targets use; write experiments/calibration/<scale>.json.
+
+    The per-run estimate is then ``fixed_s + total_steps * step_s`` (fixed_s: start-up, SFT warm
+    start when not cached yet, validation; step_s: mean training step).
+    """
+    from experiments.logs import summarize
+
+    settings: dict[str, dict[str, float]] = {}
+    seen: set[tuple[str, str]] = set()
+    for t in targets:
+        table = load_table(ALIASES.get(t, t))
+        for s in table["settings"]:
+            key = (s["dataset"], s["model"])
+            if key in seen or "variants" not in table:
+                continue
+            seen.add(key)
+            spec = next(r for r in build_runs(ALIASES.get(t, t), ctx.scale, [ctx.seeds[0]], ctx.runs_root / "_calibration")
+                        if (r.dataset, r.model) == key)
+            spec = type(spec)(**{**spec.__dict__, "config": "methods/grpo.yaml", "variant": "grpo",
+                                 "overrides": (*spec.overrides, "trainer.total_steps=2", "trainer.resume=false")})
+            if spec.requires_task:
+                continue
+            print(f"-- calibrating {spec.setting}", flush=True)
+            wall = launch(spec, ctx.launcher)
+            summ = summarize(spec.run_dir)
+            settings[spec.setting] = {"step_s": summ.train_time_s / summ.steps,
+                                      "fixed_s": max(0.0, wall - summ.train_time_s), "run_wall_s": wall}
+    CALIBRATION_DIR.mkdir(parents=True, exist_ok=True)
+    path = CALIBRATION_DIR / f"{ctx.scale}.json"
+    path.write_text(json.dumps({
+        "scale": ctx.scale, "measured_at": time.strftime("%Y-%m-%d %H:%M:%S"), "cpus": os.cpu_count(),
+        "machine": platform.platform(), "launcher": ctx.launcher,
+        "note": "fixed_s includes building the SFT warm start when it was not cached yet", "settings": settings,
+    }, indent=2))
+    print(f"wrote {path}")
+    return path
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m experiments.run", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("target", help=f"one of {', '.join([*TARGETS, *ALIASES])}, reproduce, calibrate, list")
+    p.add_argument("--scale", default="mini", choices=SCALES)
+    p.add_argument("--seeds", default="", help='e.g. "1 2 3" (default: configs/tables/slots.yaml seeds.<scale>)')
+    p.add_argument("--runs-root", type=Path, default=Path("runs"))
+    p.add_argument("--out", type=Path, default=GENERATED_DIR, help="where <target>.csv/.md and PNGs go")
+    p.add_argument("--launcher", choices=LAUNCHERS, default=None, help="default: inprocess (smoke, mini), deepspeed (paper)")
+    p.add_argument("--override", action="append", default=[], help="extra dotted.key=value for every run (repeatable)")
+    p.add_argument("--dry-run", action="store_true", help="print the plan and the estimate only")
+    p.add_argument("--collect-only", action="store_true", help="no training: tables from existing logs")
+    p.add_argument("--fail-fast", action="store_true", help="stop at the first failed run")
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    try:
+        if args.target == "list":
+            for name in TARGETS:
+                print(f"{name:12s} {target_module(name).DESCRIPTION}")
+            for a, t in ALIASES.items():
+                print(f"{a:12s} = {t}")
+            return 0
+        overrides = []
+        for ov in args.override:
+            overrides += ov.split()  # OVERRIDES="a=1 b=2" from make arrives as one string
+        ctx = Context(scale=args.scale, seeds=parse_seeds(args.seeds, args.scale), runs_root=args.runs_root,
+                      out_dir=args.out, launcher=args.launcher or DEFAULT_LAUNCHER[args.scale],
+                      extra_overrides=tuple(overrides), fail_fast=args.fail_fast)
+        if args.target == "calibrate":
+            calibrate(ctx, [t for t in REPRODUCE_ORDER if t not in ("table6", "figures", "correlation")])
+            return 0
+        names = list(REPRODUCE_ORDER) if args.target == "reproduce" else [args.target]
+        failures: list[str] = []
+        for name in names:
+            failures += run_target(name, ctx, dry_run=args.dry_run, collect_only=args.collect_only)
+    except (SpecError, RunError) as exc:
+        print(f"experiments.run: {exc}", file=sys.stderr)
+        return 2
+    if failures:
+        print(f"\n{len(failures)} failure(s):", file=sys.stderr)
+        for f in failures:
+            print(f"  {f}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

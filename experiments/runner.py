@@ -1,0 +1,238 @@
+"""Executing runs: reuse finished ones, launch the rest, estimate how long it will take.
+
+Launchers:
+- ``inprocess`` (smoke and mini default): ``fastrl.cli._train`` in this Python process, one run
+  after another (no interpreter start-up per run; the demo does the same).
+- ``subprocess``: ``python -m fastrl.cli train ...`` per run, output in ``<run_dir>/train.log``.
+- ``deepspeed`` (paper default): ``deepspeed --num_gpus G --module fastrl.cli train ...``
+  (``DS_HOSTFILE`` adds ``--hostfile`` for multi-node).
+
+Every launched run gets ``<run_dir>/run_spec.json`` (config, overrides, scale, command, wall time).
+A run directory made by a different command is an error, never silently mixed: this is what lets
+tables share runs (``shared_with``) safely.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import subprocess
+import sys
+import time
+import traceback
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Sequence
+
+from experiments.logs import SPEC_FILE, is_finished, read_spec, summarize
+from experiments.spec import RunSpec, train_argv
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+CALIBRATION_DIR = REPO_ROOT / "experiments" / "calibration"
+LAUNCHERS = ("inprocess", "subprocess", "deepspeed")
+DEFAULT_LAUNCHER = {"smoke": "inprocess", "mini": "inprocess", "paper": "deepspeed"}
+
+# What the paper reports about wall-clock at its scale (PAPER.md) -- printed as context at paper
+# scale, where no per-run estimate can be measured here.
+PAPER_TIME_CONTEXT = ("the paper reports 21.16 h (GRPO) and 9.22 h (FastRL) for Llama-3.1-8B on MATH (Table 3), "
+                      "and 200 FastRL steps in 8.8 h at low policy lag (Fig. 6)")
+
+
+class RunError(RuntimeError):
+    """A run failed or its directory belongs to another command."""
+
+
+def unique(specs: Sequence[RunSpec]) -> list[RunSpec]:
+    """Drop repeated run directories (tables sharing a run); conflicting commands are an error."""
+    seen: dict[Path, RunSpec] = {}
+    out: list[RunSpec] = []
+    for s in specs:
+        prev = seen.get(s.run_dir)
+        if prev is None:
+            seen[s.run_dir] = s
+            out.append(s)
+        elif prev.identity() != s.identity():
+            raise RunError(f"{s.run_dir}: asked for by {prev.target} and {s.target} with different commands:\n"
+                           f"  {prev.identity()}\n  {s.identity()}")
+    return out
+
+
+def check_owner(spec: RunSpec) -> None:
+    """A run directory holds the run of one command only."""
+    found = read_spec(spec.run_dir)
+    if found and found.get("identity") != spec.identity():
+        raise RunError(
+            f"{spec.run_dir} holds a run of a different command ({SPEC_FILE}):\n  found    {found.get('identity')}\n"
+            f"  expected {spec.identity()}\nDelete the directory or use another RUNS root."
+        )
+
+
+def train_command(spec: RunSpec, launcher: str, python: str = sys.executable) -> list[str]:
+    if launcher == "deepspeed":
+        cmd = ["deepspeed", "--num_gpus", str(spec.gpus)]
+        if os.environ.get("DS_HOSTFILE"):
+            cmd += ["--hostfile", os.environ["DS_HOSTFILE"]]
+        return [*cmd, "--module", "fastrl.cli", *train_argv(spec)]
+    return [python, "-m", "fastrl.cli", *train_argv(spec)]
+
+
+def _write_spec(spec: RunSpec, launcher: str, extra: dict[str, Any]) -> None:
+    spec.run_dir.mkdir(parents=True, exist_ok=True)
+    record = {"identity": spec.identity(), "target": spec.target, "group": spec.group, "dataset": spec.dataset,
+              "model": spec.model, "variant": spec.variant, "seed": spec.seed, "labels": spec.labels,
+              "launcher": launcher, "command": shlex.join(train_command(spec, launcher)), **extra}
+    tmp = spec.run_dir / (SPEC_FILE + ".tmp")
+    tmp.write_text(json.dumps(record, indent=2, default=str))
+    tmp.replace(spec.run_dir / SPEC_FILE)
+
+
+def _default_accelerator() -> None:
+    from fastrl.cli import _default_accelerator as choose
+
+    choose()
+
+
+def launch(spec: RunSpec, launcher: str) -> float:
+    """Train one run; returns its wall-clock seconds. Raises RunError on failure."""
+    if launcher not in LAUNCHERS:
+        raise RunError(f"launcher {launcher!r}: choose one of {LAUNCHERS}")
+    check_owner(spec)
+    _write_spec(spec, launcher, {"status": "running"})
+    start = time.perf_counter()
+    if launcher == "inprocess":
+        _default_accelerator()
+        from fastrl.cli import _train
+
+        try:
+            _train(spec.config, list(spec.overrides), spec.scale)
+        except Exception as exc:  # noqa: BLE001 -- recorded, then re-raised with the run named
+            _write_spec(spec, launcher, {"status": "failed", "error": traceback.format_exc()})
+            raise RunError(f"{spec.run_dir}: training failed: {exc!r}") from exc
+    else:
+        log = spec.run_dir / "train.log"
+        with open(log, "a") as fh:
+            proc = subprocess.run(train_command(spec, launcher), cwd=REPO_ROOT, stdout=fh, stderr=subprocess.STDOUT)
+        if proc.returncode != 0:
+            tail = "".join(log.read_text().splitlines(keepends=True)[-20:])
+            _write_spec(spec, launcher, {"status": "failed", "returncode": proc.returncode})
+            raise RunError(f"{spec.run_dir}: `{shlex.join(train_command(spec, launcher))}` exited "
+                           f"{proc.returncode}; last lines of {log}:\n{tail}")
+    wall = time.perf_counter() - start
+    if not is_finished(spec.run_dir):
+        raise RunError(f"{spec.run_dir}: training returned but metrics.jsonl has no final 'val_final' line")
+    _write_spec(spec, launcher, {"status": "finished", "run_wall_s": wall})
+    return wall
+
+
+# ---------------------------------------------------------------------------------------- estimate
+@dataclass
+class Estimate:
+    seconds: float | None  # None: unknown
+    source: str  # how it was obtained
+
+
+def planned_steps(spec: RunSpec) -> int:
+    from fastrl.config import load_config
+
+    return load_config(spec.config, list(spec.overrides), scale=spec.scale).trainer.total_steps
+
+
+def _measured_costs(runs_root: Path, scale: str, setting: str) -> tuple[float, float] | None:
+    """(seconds per training step, fixed seconds per run) from finished runs of this setting."""
+    step_s, fixed_s = [], []
+    for spec_file in Path(runs_root).glob(f"*/{scale}/{setting}/*/seed*/{SPEC_FILE}"):
+        info = json.loads(spec_file.read_text())
+        if info.get("status") != "finished" or "run_wall_s" not in info:
+            continue
+        s = summarize(spec_file.parent)
+        if s.steps:
+            step_s.append(s.train_time_s / s.steps)
+            fixed_s.append(max(0.0, float(info["run_wall_s"]) - s.train_time_s))
+    if not step_s:
+        return None
+    return sum(step_s) / len(step_s), sum(fixed_s) / len(fixed_s)
+
+
+def load_calibration(scale: str) -> dict[str, dict[str, float]]:
+    p = CALIBRATION_DIR / f"{scale}.json"
+    return json.loads(p.read_text())["settings"] if p.is_file() else {}
+
+
+def estimate(spec: RunSpec, runs_root: Path, calibration: dict[str, dict[str, float]]) -> Estimate:
+    steps = planned_steps(spec)
+    costs = _measured_costs(runs_root, spec.scale, spec.setting)
+    if costs is not None:
+        return Estimate(costs[1] + steps * costs[0], "finished runs of this setting")
+    if spec.setting in calibration:
+        c = calibration[spec.setting]
+        return Estimate(c["fixed_s"] + steps * c["step_s"], "calibration file")
+    return Estimate(None, "unknown")
+
+
+def fmt_duration(seconds: float) -> str:
+    if seconds < 90:
+        return f"{seconds:.0f} s"
+    if seconds < 5400:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds / 3600:.1f} h"
+
+
+def print_plan(target: str, scale: str, specs: Sequence[RunSpec], runs_root: Path, launcher: str) -> float | None:
+    """Print what will run and how long it should take; returns the known part in seconds."""
+    pending = [s for s in specs if not is_finished(s.run_dir)]
+    skipped = [s for s in pending if s.requires_task and not task_available(s.requires_task)]
+    pending = [s for s in pending if s not in skipped]
+    print(f"== {target} at scale {scale}: {len(specs)} runs, {len(specs) - len(pending) - len(skipped)} finished "
+          f"(reused), {len(pending)} to run, launcher {launcher}")
+    for s in skipped:
+        print(f"   SKIP {s.run_dir}: needs the generated task {s.requires_task!r}, which fastrl.data.synthetic "
+              f"does not provide")
+    if not pending:
+        return 0.0
+    calibration = load_calibration(scale)
+    total, unknown = 0.0, []
+    for s in pending:
+        e = estimate(s, runs_root, calibration)
+        if e.seconds is None:
+            unknown.append(s)
+        else:
+            total += e.seconds
+    if scale == "paper":
+        gpus = sorted({s.gpus for s in pending})
+        print(f"   estimate: not measurable here; {len(pending)} runs on {gpus} GPUs each; {PAPER_TIME_CONTEXT}")
+        return None
+    known = len(pending) - len(unknown)
+    msg = f"   estimate: {fmt_duration(total)} for {known} runs (from finished runs / calibration)" if known else \
+        "   estimate: no measurement yet"
+    if unknown:
+        msg += (f"; {len(unknown)} runs of settings never timed on this machine "
+                f"({', '.join(sorted({s.setting for s in unknown}))}): run "
+                f"`python -m experiments.run calibrate --scale {scale}` for a measured estimate")
+    print(msg, flush=True)
+    return total
+
+
+def task_available(task: str) -> bool:
+    from fastrl.data.synthetic import TASKS
+
+    return task in TASKS
+
+
+def execute(specs: Sequence[RunSpec], launcher: str, *, fail_fast: bool = False) -> list[tuple[RunSpec, str]]:
+    """Run every unfinished spec; returns the failures as (spec, message)."""
+    failures: list[tuple[RunSpec, str]] = []
+    todo = [s for s in specs if not is_finished(s.run_dir)]
+    for i, s in enumerate(todo, start=1):
+        if s.requires_task and not task_available(s.requires_task):
+            continue
+        print(f"-- [{i}/{len(todo)}] {s.group}/{s.scale}/{s.setting}/{s.variant}/seed{s.seed}", flush=True)
+        try:
+            wall = launch(s, launcher)
+            print(f"   done in {fmt_duration(wall)}", flush=True)
+        except RunError as exc:
+            if fail_fast:
+                raise
+            print(f"   FAILED: {exc}", flush=True)
+            failures.append((s, str(exc)))
+    return failures

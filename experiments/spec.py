@@ -1,0 +1,219 @@
+"""What a target runs: table configs (configs/tables/<target>.yaml) -> a list of ``RunSpec``.
+
+A table config names *slots* (the paper's datasets and models, ``configs/tables/slots.yaml``) and
+*variants* (a method config plus overrides). A run is one (setting, variant, seed) at one scale;
+its overrides are composed in a fixed order so that two tables naming the same slots and variant
+build the identical command, and share one run directory (``shared_with``):
+
+    slot dataset overrides -> dataset budget (per scale) -> slot model overrides
+    -> table extra_overrides (per scale) -> variant overrides -> paper_variant_overrides (paper)
+    -> trainer.seed / trainer.run_dir -> the user's extra overrides (OVERRIDES=...)
+
+Run directories: ``<runs_root>/<group>/<scale>/<dataset>-<model>/<variant>/seed<k>/`` where
+``group`` is the target, or the target named by ``shared_with``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Sequence
+
+import yaml
+
+from fastrl.config import CONFIG_ROOT
+
+TABLES_DIR = CONFIG_ROOT / "tables"
+SLOTS_FILE = TABLES_DIR / "slots.yaml"
+SCALES: tuple[str, ...] = ("smoke", "mini", "paper")
+
+
+class SpecError(ValueError):
+    """A table config or slot that cannot be turned into runs; the message names file and key."""
+
+
+@dataclass(frozen=True)
+class OODBenchmark:
+    """A paper-scale out-of-domain benchmark, evaluated with ``fastrl eval`` after training."""
+
+    name: str
+    file: str
+    template: str
+    reward: str
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    """One training run: ``fastrl train <config> <overrides...> --scale <scale>``."""
+
+    target: str  # the target that asked for it
+    group: str  # the target whose folder holds the run (== target unless shared_with)
+    scale: str
+    dataset: str  # slot names
+    model: str
+    variant: str
+    seed: int
+    config: str  # a method or table config, relative to configs/
+    overrides: tuple[str, ...]
+    run_dir: Path
+    labels: dict[str, Any] = field(default_factory=dict, compare=False, hash=False)
+    ood: tuple[OODBenchmark, ...] = ()
+    gpus: int = 1
+    requires_task: str | None = None  # a generated task this run needs (None: none)
+
+    @property
+    def setting(self) -> str:
+        return f"{self.dataset}-{self.model}"
+
+    def identity(self) -> dict[str, Any]:
+        """What makes two specs the same run (written to <run_dir>/run_spec.json)."""
+        return {"config": self.config, "overrides": list(self.overrides), "scale": self.scale}
+
+    def identity_hash(self) -> str:
+        return hashlib.sha256(json.dumps(self.identity(), sort_keys=True).encode()).hexdigest()[:12]
+
+
+def _read_yaml(path: Path) -> dict[str, Any]:
+    if not path.is_file():
+        raise SpecError(f"{path}: file not found")
+    data = yaml.safe_load(path.read_text()) or {}
+    if not isinstance(data, dict):
+        raise SpecError(f"{path}: top level must be a mapping")
+    return data
+
+
+def load_slots(path: Path = SLOTS_FILE) -> dict[str, Any]:
+    data = _read_yaml(path)
+    for key in ("datasets", "models", "seeds"):
+        if key not in data:
+            raise SpecError(f"{path}: missing top-level key {key!r}")
+    return data
+
+
+def table_config_path(target: str) -> Path:
+    return TABLES_DIR / f"{target}.yaml"
+
+
+def load_table(target: str) -> dict[str, Any]:
+    path = table_config_path(target)
+    data = _read_yaml(path)
+    for key in ("target", "title", "settings"):
+        if key not in data:
+            raise SpecError(f"{path}: missing key {key!r}")
+    if data["target"] != target:
+        raise SpecError(f"{path}: target is {data['target']!r}, expected {target!r}")
+    return data
+
+
+def default_seeds(scale: str, slots: dict[str, Any] | None = None) -> list[int]:
+    slots = slots or load_slots()
+    if scale not in slots["seeds"]:
+        raise SpecError(f"{SLOTS_FILE}: seeds has no entry for scale {scale!r}")
+    return [int(s) for s in slots["seeds"][scale]]
+
+
+def parse_seeds(text: str | None, scale: str) -> list[int]:
+    """``"1 2 3"`` or ``"1,2,3"``; empty/None -> the scale's default seeds."""
+    if text is None or not text.strip():
+        return default_seeds(scale)
+    try:
+        seeds = [int(tok) for tok in text.replace(",", " ").split()]
+    except ValueError:
+        raise SpecError(f"SEEDS={text!r}: expected integers separated by spaces or commas") from None
+    if len(set(seeds)) != len(seeds):
+        raise SpecError(f"SEEDS={text!r}: a seed is repeated")
+    return seeds
+
+
+def slot_entry(slots: dict[str, Any], kind: str, name: str, scale: str) -> dict[str, Any]:
+    """``slots[kind][name][scale]`` with a clear error for a missing slot or scale."""
+    table = slots[kind]
+    if name not in table:
+        raise SpecError(f"{SLOTS_FILE}: no {kind[:-1]} slot {name!r}; valid: {sorted(table)}")
+    if scale not in table[name]:
+        raise SpecError(f"{SLOTS_FILE}: {kind}.{name} has no entry for scale {scale!r}")
+    return table[name][scale]
+
+
+def paper_total_steps(train_files: Sequence[str], epochs: int, prompts_per_step: int) -> int:
+    """``epochs x ceil(rows / prompts_per_step)`` from the prepared parquet files' row counts."""
+    import pyarrow.parquet as pq
+
+    rows = 0
+    for f in train_files:
+        p = Path(f)
+        if not p.is_file():
+            raise SpecError(f"paper scale needs {f} (run the data_prep script for it; see data_prep/README.md)")
+        rows += pq.ParquetFile(p).metadata.num_rows
+    if rows == 0:
+        raise SpecError(f"paper scale: {list(train_files)} hold no rows")
+    return epochs * math.ceil(rows / prompts_per_step)
+
+
+def _override_value(overrides: Sequence[str], key: str) -> str | None:
+    vals = [o.split("=", 1)[1] for o in overrides if o.split("=", 1)[0] == key]
+    return vals[-1] if vals else None
+
+
+def build_runs(
+    target: str,
+    scale: str,
+    seeds: Sequence[int],
+    runs_root: Path,
+    *,
+    extra_overrides: Sequence[str] = (),
+    resolve_paper_steps: bool = False,
+) -> list[RunSpec]:
+    """Every run of ``target`` at ``scale`` for ``seeds``.
+
+    ``resolve_paper_steps``: at paper scale, turn each dataset's ``budget_epochs`` into
+    ``trainer.total_steps`` by reading the prepared training files (they must exist).
+    """
+    if scale not in SCALES:
+        raise SpecError(f"scale {scale!r}: choose one of {SCALES}")
+    slots = load_slots()
+    table = load_table(target)
+    variants = table.get("variants") or []
+    if not variants:
+        raise SpecError(f"{table_config_path(target)}: no variants")
+    specs: list[RunSpec] = []
+    for setting in table["settings"]:
+        ds_name, model_name = setting["dataset"], setting["model"]
+        ds = slot_entry(slots, "datasets", ds_name, scale)
+        md = slot_entry(slots, "models", model_name, scale)
+        base = [*ds.get("overrides", []), *ds.get("budget", []), *md.get("overrides", []),
+                *(table.get("extra_overrides", {}) or {}).get(scale, [])]
+        ood = tuple(OODBenchmark(**b) for b in ds.get("ood", []) or [])
+        for v in variants:
+            for key in ("name", "config"):
+                if key not in v:
+                    raise SpecError(f"{table_config_path(target)}: a variant lacks {key!r}: {v}")
+            group = v.get("shared_with", target)
+            ov = [*base, *v.get("overrides", [])]
+            if scale == "paper":
+                ov += (table.get("paper_variant_overrides") or {}).get(v["name"], [])
+                if resolve_paper_steps and "budget_epochs" in ds:
+                    files = yaml.safe_load(_override_value(ov, "data.train_files") or "[]")
+                    pps = int(_override_value(ov, "trainer.prompts_per_step") or 256)
+                    ov.append(f"trainer.total_steps={paper_total_steps(files, int(ds['budget_epochs']), pps)}")
+            for seed in seeds:
+                run_dir = runs_root / group / scale / f"{ds_name}-{model_name}" / v["name"] / f"seed{seed}"
+                full = (*ov, f"trainer.seed={seed}", f"trainer.run_dir={run_dir}", *extra_overrides)
+                specs.append(RunSpec(
+                    target=target, group=group, scale=scale, dataset=ds_name, model=model_name,
+                    variant=v["name"], seed=int(seed), config=v["config"], overrides=full, run_dir=run_dir,
+                    labels={"dataset_title": slots["datasets"][ds_name]["title"],
+                            "model_title": slots["models"][model_name]["title"],
+                            "data_used": ds.get("stand_in", ""), "model_used": md.get("stand_in", ""),
+                            **(v.get("labels") or {})},
+                    ood=ood, gpus=int(md.get("gpus", 1)), requires_task=ds.get("requires_task"),
+                ))
+    return specs
+
+
+def train_argv(spec: RunSpec) -> list[str]:
+    """``fastrl train`` arguments (without the interpreter or launcher)."""
+    return ["train", spec.config, *spec.overrides, "--scale", spec.scale]
