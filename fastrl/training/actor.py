@@ -458,6 +458,18 @@ def _replace_dir(src: Path, dst: Path) -> None:
         shutil.rmtree(old)
 
 
+def _load_hf_policy(path: str, dtype: torch.dtype) -> torch.nn.Module:
+    """``AutoModelForCausalLM`` for text models; ``AutoModelForImageTextToText`` for VL models
+    (e.g. Qwen2.5-VL, which transformers maps only there)."""
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForImageTextToText
+    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+
+    model_type = AutoConfig.from_pretrained(path).model_type
+    if model_type in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES:
+        return AutoModelForCausalLM.from_pretrained(path, dtype=dtype)
+    return AutoModelForImageTextToText.from_pretrained(path, dtype=dtype)
+
+
 def build_reference(
     model_path_or_module: str | os.PathLike[str] | torch.nn.Module,
     cfg: ActorConfig | None = None,
@@ -466,15 +478,19 @@ def build_reference(
 ) -> torch.nn.Module:
     """A frozen reference policy for the KL term (build it only when β > 0).
 
-    ``model_path_or_module``: an HF model folder (loaded with ``loader`` or
-    ``AutoModelForCausalLM.from_pretrained``) or an UNWRAPPED module to copy (pass the model
-    before it goes into :class:`Actor`; a ZeRO-3-partitioned module cannot be copied).
+    ``model_path_or_module``: an HF model folder or hub id (loaded with ``loader``, else with
+    ``AutoModelForCausalLM`` / ``AutoModelForImageTextToText`` for VL models, in bf16 when
+    ``cfg.bf16`` and fp32 otherwise) or an UNWRAPPED module to copy (pass the model before it goes
+    into :class:`Actor`; a ZeRO-3-partitioned module cannot be copied). Pass the actor's ``cfg``:
+    without it the reference is a plain fp32 copy on every rank.
 
     Returned module: eval mode, every parameter ``requires_grad=False``. With ``cfg`` using
     DeepSpeed ZeRO-3 it is wrapped in an optimizer-less ZeRO-3 engine (OpenRLHF's reference
     setup: parameters partitioned over ranks and gathered layer by layer in forward, so calling
     it is collective: all ranks run the same number of forwards). Otherwise it is a plain frozen
-    copy on the current device, cast to bf16 when ``cfg.bf16`` (matching the actor's compute).
+    copy, cast to bf16 when ``cfg.bf16`` (matching the actor's compute) and, with DeepSpeed, moved
+    to the actor's device; without DeepSpeed it stays where it was loaded (CPU, or the source
+    module's device).
     """
     if isinstance(model_path_or_module, torch.nn.Module):
         src = model_path_or_module
@@ -491,9 +507,8 @@ def build_reference(
         else:
             if not Path(path).exists() and os.environ.get("HF_HUB_OFFLINE") == "1":
                 raise ValueError(f"build_reference: {path} is not a local folder and HF_HUB_OFFLINE=1")
-            from transformers import AutoModelForCausalLM
-
-            ref = AutoModelForCausalLM.from_pretrained(path)
+            dtype = torch.bfloat16 if cfg is not None and cfg.bf16 else torch.float32
+            ref = _load_hf_policy(path, dtype)
     ref.eval()
     ref.requires_grad_(False)
     if cfg is not None and cfg.use_deepspeed and cfg.zero_stage == 3:
@@ -512,4 +527,9 @@ def build_reference(
         return engine
     if cfg is not None and cfg.bf16:
         ref = ref.to(torch.bfloat16)
+    if cfg is not None and cfg.use_deepspeed:
+        from deepspeed.accelerator import get_accelerator
+
+        # Where DeepSpeed put the actor (cuda:LOCAL_RANK on GPUs, cpu under DS_ACCELERATOR=cpu).
+        ref = ref.to(get_accelerator().current_device_name())
     return ref

@@ -240,3 +240,25 @@ def test_init_distributed_env_errors(monkeypatch: pytest.MonkeyPatch) -> None:
     with pytest.raises(ValueError, match="RANK='x'"):
         D.init_distributed()
     assert not D.is_initialized()
+
+
+def test_vl_policy_export_and_reference_from_path(tmp_path: Path) -> None:
+    """Qwen2.5-VL is not an AutoModelForCausalLM: export_hf and build_reference(path) must still
+    round-trip it (the paper's main policies are VL models)."""
+    from fastrl.models.builders import TinyModelSpec, build_tiny_model_dir, load_policy
+
+    spec = TinyModelSpec(kind="qwen2_5_vl", hidden_size=64, num_heads=2, head_dim=32, intermediate_size=128)
+    src = build_tiny_model_dir(spec, tmp_path / "src", seed=0)
+    model, _ = load_policy(src)
+    actor = Actor(model, CFG)
+    ids = torch.tensor([[5, 6, 7, 8, 9, 10]])
+    attn = torch.ones_like(ids)
+    actor.backward(tiny.token_logp(actor.module, ids, attn).sum() * -1.0)
+    actor.step()
+    actor.export_hf(tmp_path / "out")
+    ref = build_reference(tmp_path / "out")
+    assert type(ref).__name__ == "Qwen2_5_VLForConditionalGeneration"
+    assert not any(p.requires_grad for p in ref.parameters())
+    assert _max_diff(_params(ref), _params(actor.model)) == 0.0
+    with torch.no_grad():
+        assert torch.allclose(tiny.token_logp(ref, ids, attn), tiny.token_logp(actor.model, ids, attn), atol=1e-5)
