@@ -35,6 +35,9 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
+# One core means one core: numpy's BLAS would otherwise start a thread per core (set before import).
+for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+    os.environ.setdefault(_var, "1")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 

@@ -234,7 +234,9 @@ def _group_intersections(packed: PackedTokens, gid: np.ndarray, G: int) -> tuple
             hist = np.bincount(run_group * (1 << S) + code, minlength=G << S).reshape(G, 1 << S)
             bits = ((np.arange(1 << S)[:, None] >> np.arange(S)[None, :]) & 1).astype(np.float64)
             pair = (bits[:, :, None] * bits[:, None, :]).reshape(1 << S, S * S)
-            inter = (hist.astype(np.float64) @ pair).reshape(G, S, S)
+            # torch, not numpy, for the matmul: it follows the caller's torch thread setting
+            # instead of spinning up every BLAS thread for a tiny product
+            inter = (torch.from_numpy(hist.astype(np.float64)) @ torch.from_numpy(pair)).numpy().reshape(G, S, S)
     else:
         run_id = np.cumsum(new_run) - 1
         entry_group = gt // vocab
@@ -244,9 +246,9 @@ def _group_intersections(packed: PackedTokens, gid: np.ndarray, G: int) -> tuple
             if a == b:
                 continue
             local = run_id[a:b] - run_id[a]
-            x = np.zeros((int(local[-1]) + 1, S), dtype=np.float64)
-            x[local, s[a:b]] = 1.0
-            inter[g] = x.T @ x
+            x = torch.zeros(int(local[-1]) + 1, S, dtype=torch.float64)
+            x[torch.from_numpy(local.astype(np.int64)), torch.from_numpy(s[a:b].astype(np.int64))] = 1.0
+            inter[g] = (x.T @ x).numpy()
     sizes = np.diagonal(inter, axis1=1, axis2=2).copy()
     return inter, sizes
 
