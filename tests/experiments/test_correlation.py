@@ -1,0 +1,84 @@
+"""Fig. 5 measurement: the pieces on hand-made inputs, then one real measurement on a tiny policy."""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+from itertools import combinations
+
+import pytest
+import torch
+
+from experiments.correlation import gradcorr as G
+from experiments.grid import Context
+
+
+def test_pairs_identical_responses_are_fully_similar():
+    grads = torch.tensor([[1.0, 0.0, 2.0], [1.0, 0.0, 2.0], [0.0, 3.0, 0.0]])
+    pairs = G.question_pairs("q", [[5, 6, 7], [7, 6, 5], [8, 9]], [1.0, 1.0, 0.0], grads, adv_tol=0.0)
+    assert [(p.i, p.j) for p in pairs] == [(0, 1), (0, 2), (1, 2)]
+    same = pairs[0]
+    assert same.same_adv and same.mixed_question and same.jaccard_sim == 1.0 and math.isclose(same.grad_cosine, 1.0)
+    assert not pairs[1].same_adv and pairs[1].jaccard_sim == 0.0 and math.isclose(pairs[1].grad_cosine, 0.0)
+    half = G.question_pairs("q", [[1, 2], [2, 3]], [0.0, 0.0], torch.eye(2), adv_tol=0.0)[0]
+    assert half.same_adv and not half.mixed_question and math.isclose(half.jaccard_sim, 1 / 3, rel_tol=1e-6)
+
+
+def test_correlate_detects_a_monotone_relation():
+    pairs = [G.Pair("q", 0, 1, 1, 1, 0, 0, True, True, 1, 1, x, x ** 3) for x in (0.1, 0.2, 0.4, 0.7, 0.9)]
+    c = G.correlate(pairs)
+    assert c["spearman_rho"] == pytest.approx(1.0) and 0.9 < c["pearson_r"] < 1.0 and c["n_pairs"] == 5
+    assert math.isnan(G.correlate(pairs[:2])["pearson_r"])
+
+
+def test_flattener_exact_and_sketched():
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.Linear(64, 8))
+    grads = []
+    for _ in range(2):
+        model.zero_grad()
+        model(torch.randn(4, 64)).pow(2).sum().backward()
+        grads.append({n: p.grad.clone() for n, p in model.named_parameters()})
+    exact = G.GradientFlattener(model, exact_max_params=10**6, sketch_dim=0, seed=0)
+    sketch = G.GradientFlattener(model, exact_max_params=10, sketch_dim=2**16, seed=3)
+    assert exact.dim == sum(p.numel() for p in model.parameters()) and sketch.dim == 2**16
+    vecs = {"exact": [], "sketch": []}
+    for g in grads:
+        for n, p in model.named_parameters():
+            p.grad = g[n].clone()
+        vecs["exact"].append(exact())
+        vecs["sketch"].append(sketch())
+    flat = torch.cat([g[n].reshape(-1) for n, _ in model.named_parameters() for g in grads[:1]])
+    assert torch.equal(vecs["exact"][0], flat)
+    cos = lambda a, b: float(a @ b / (a.norm() * b.norm()))  # noqa: E731
+    assert cos(*vecs["sketch"]) == pytest.approx(cos(*vecs["exact"]), abs=0.05)  # inner products preserved
+    with pytest.raises(ValueError, match="exact_max_params"):
+        G.GradientFlattener(model, exact_max_params=10, sketch_dim=0, seed=0)
+
+
+def test_real_measurement_on_a_tiny_policy(tmp_path):
+    """Sample, score, back-propagate and correlate with an untrained tiny Qwen2 (mini-math, smoke)."""
+    from fastrl.models.builders import TinyModelSpec, build_tiny_model_dir
+    from fastrl.algorithms.similarity import jaccard_distance_matrix
+
+    from experiments.correlation import target as T
+
+    policy = build_tiny_model_dir(TinyModelSpec(kind="qwen2", hidden_size=128, num_layers=1, num_heads=2,
+                                                num_kv_heads=2, intermediate_size=128), tmp_path / "policy", seed=0)
+    ctx = Context(scale="smoke", seeds=[1], runs_root=tmp_path / "runs", out_dir=tmp_path / "out", launcher="inprocess")
+    summary = T.measure(ctx, "math12k", "llama_8b", 1, policy_path=policy)
+    st = T.settings_for("smoke", 1)
+    assert summary["num_questions"] == st.questions and summary["num_trajectories"] == st.questions * st.n
+    assert not summary["sketched"] and summary["gradient_dim"] == summary["num_parameters"]
+    out = T.out_dir(ctx, "math12k", "llama_8b", 1)
+    rows = list(csv.DictReader(open(out / "pairs.csv")))
+    assert len(rows) == st.questions * len(list(combinations(range(st.n), 2)))
+    assert all(-1.0 - 1e-6 <= float(r["grad_cosine"]) <= 1.0 + 1e-6 for r in rows)
+    assert all((r["adv_i"] == r["adv_j"]) == (r["same_adv"] == "True") for r in rows)
+    assert json.loads((out / "summary.json").read_text())["correlation"]["same_adv"]["n_pairs"] == \
+        sum(r["same_adv"] == "True" for r in rows)
+    # Jaccard and gradients are recomputed independently for one question
+    pairs = G.read_pairs(out / "pairs.csv")
+    assert pairs and all(0.0 <= p.jaccard_sim <= 1.0 for p in pairs)
+    assert jaccard_distance_matrix([[1, 2], [2, 3]])[0, 1].item() == pytest.approx(2 / 3)

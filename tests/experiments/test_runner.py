@@ -1,0 +1,107 @@
+"""The driver: reuse of finished runs, run-directory ownership, commands, estimates, make targets."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from experiments import runner as R
+from experiments.logs import SPEC_FILE
+from experiments.spec import build_runs
+from tests.experiments.synthetic import write_run
+
+REPO = Path(__file__).resolve().parents[2]
+MAKE_TARGETS = ("table1", "table2", "table3", "table4", "table5", "table6", "table7", "table8", "ablation",
+                "tau-sweep", "correlation", "lag", "figures", "reproduce", "calibrate")
+
+
+def _spec(tmp_path, variant="grpo"):
+    return next(r for r in build_runs("table3", "smoke", [1], tmp_path) if r.variant == variant)
+
+
+def test_finished_runs_are_reused_not_recomputed(tmp_path, monkeypatch):
+    spec = _spec(tmp_path)
+    write_run(spec.run_dir, step_times=[1.0])
+    launched = []
+    monkeypatch.setattr(R, "launch", lambda s, launcher: launched.append(s) or 1.0)
+    assert R.execute([spec], "inprocess") == [] and launched == []
+    unfinished = _spec(tmp_path, "cppo")
+    write_run(unfinished.run_dir, step_times=[1.0], finished=False)
+    R.execute([spec, unfinished], "inprocess")
+    assert launched == [unfinished]
+
+
+def test_a_run_dir_of_another_command_is_refused(tmp_path):
+    spec = _spec(tmp_path)
+    spec.run_dir.mkdir(parents=True)
+    (spec.run_dir / SPEC_FILE).write_text(json.dumps({"identity": {"config": "methods/dapo.yaml", "overrides": [],
+                                                                   "scale": "smoke"}}))
+    with pytest.raises(R.RunError, match="different command"):
+        R.launch(spec, "inprocess")
+
+
+def test_failures_are_collected_and_named(tmp_path, monkeypatch):
+    spec = _spec(tmp_path)
+
+    def boom(s, launcher):
+        raise R.RunError(f"{s.run_dir}: training failed")
+
+    monkeypatch.setattr(R, "launch", boom)
+    failures = R.execute([spec], "inprocess")
+    assert len(failures) == 1 and str(spec.run_dir) in failures[0][1]
+    with pytest.raises(R.RunError):
+        R.execute([spec], "inprocess", fail_fast=True)
+
+
+def test_commands_per_launcher(tmp_path, monkeypatch):
+    spec = next(r for r in build_runs("table3", "paper", [1], tmp_path))
+    cmd = R.train_command(spec, "deepspeed")
+    assert cmd[:3] == ["deepspeed", "--num_gpus", "8"] and cmd[3:6] == ["--module", "fastrl.cli", "train"]
+    assert cmd[-2:] == ["--scale", "paper"] and "model.path=meta-llama/Llama-3.1-8B-Instruct" in cmd
+    monkeypatch.setenv("DS_HOSTFILE", "/etc/hosts.ds")
+    assert R.train_command(spec, "deepspeed")[3:5] == ["--hostfile", "/etc/hosts.ds"]
+    local = R.train_command(_spec(tmp_path), "subprocess", python="py")
+    assert local[:4] == ["py", "-m", "fastrl.cli", "train"]
+
+
+def test_estimate_from_finished_runs_of_the_setting(tmp_path):
+    done = _spec(tmp_path, "grpo")
+    write_run(done.run_dir, step_times=[2.0, 2.0])  # 2 s per step
+    (done.run_dir / SPEC_FILE).write_text(json.dumps({"identity": done.identity(), "status": "finished",
+                                                      "run_wall_s": 10.0}))  # 6 s fixed
+    todo = _spec(tmp_path, "fastrl")
+    e = R.estimate(todo, tmp_path, {})
+    assert e.source == "finished runs of this setting"
+    assert e.seconds == pytest.approx(6.0 + 2.0 * R.planned_steps(todo))
+    other = next(r for r in build_runs("table1", "smoke", [1], tmp_path))
+    assert R.estimate(other, tmp_path, {}).seconds is None
+    cal = {other.setting: {"step_s": 1.0, "fixed_s": 5.0}}
+    assert R.estimate(other, tmp_path, cal).seconds == pytest.approx(5.0 + R.planned_steps(other))
+
+
+def test_plan_prints_counts_and_estimate(tmp_path, capsys):
+    specs = build_runs("table3", "smoke", [1], tmp_path)
+    write_run(specs[0].run_dir, step_times=[1.0])
+    R.print_plan("table3", "smoke", specs, tmp_path, "inprocess")
+    out = capsys.readouterr().out
+    assert "4 runs, 1 finished (reused), 3 to run" in out and "estimate" in out
+    R.print_plan("table1", "paper", build_runs("table1", "paper", [1], tmp_path), tmp_path, "deepspeed")
+    assert "21.16 h" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("target", MAKE_TARGETS)
+def test_make_targets_exist(target):
+    out = subprocess.run(["make", "-n", target, "SCALE=paper", "SEEDS=1 2"], cwd=REPO, capture_output=True,
+                         text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    line = out.stdout.strip().splitlines()[-1]
+    assert re.search(rf"-m experiments\.run {re.escape(target)} --scale paper --seeds \"1 2\"", line), line
+
+
+def test_make_default_scale_is_mini():
+    out = subprocess.run(["make", "-n", "table1"], cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert "--scale mini" in out.stdout
