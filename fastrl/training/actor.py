@@ -17,7 +17,9 @@ Modelled on OpenRLHF's DeepSpeed strategy, kept small. Both paths have the same 
   graph (e.g. ``0 * logits.sum()``).
 * **One optimizer step** clips the global gradient norm to ``grad_clip`` (0 disables clipping),
   applies AdamW with the learning rate of a linear warm-up schedule, then zeroes the gradients.
-  The reported ``actor/grad_norm`` is the global norm BEFORE clipping.
+  The reported ``actor/grad_norm`` is the global norm BEFORE clipping. A trainable parameter that
+  received no gradient counts as having a zero gradient (weight decay still applies), on both
+  paths.
 
 Forward passes go through :attr:`Actor.module`. Under DeepSpeed that is the engine itself (an
 ``nn.Module`` whose attribute lookups fall through to the wrapped model): the engine's forward
@@ -126,7 +128,13 @@ class ClippingAdamW(torch.optim.AdamW):
 
     @torch.no_grad()
     def step(self, closure: Callable[[], Any] | None = None) -> Any:
-        params = [p for g in self.param_groups for p in g["params"] if p.grad is not None]
+        params = [p for g in self.param_groups for p in g["params"]]
+        for p in params:
+            # A parameter that got no gradient this step (e.g. a vision tower on a text-only batch)
+            # counts as a zero gradient, as in DeepSpeed's stages 0-3 (measured): AdamW still
+            # decays it and advances its moments, instead of skipping it.
+            if p.grad is None:
+                p.grad = torch.zeros_like(p)
         # clip_grad_norm_ with max_norm=inf only measures (the clip coefficient is 1).
         limit = self.max_norm if self.max_norm > 0 else math.inf
         norm = torch.nn.utils.clip_grad_norm_(params, limit)
@@ -283,7 +291,8 @@ class Actor:
             )
 
     def _plain_reduce_grads(self) -> None:
-        """Sum gradients over ranks (the plain path's DDP); a missing grad counts as zero."""
+        """Sum gradients over ranks (the plain path's DDP); a missing grad counts as zero (as in
+        ``ClippingAdamW.step``), so every rank joins every all-reduce."""
         if D.world_size() == 1:
             return
         for p in self.model.parameters():

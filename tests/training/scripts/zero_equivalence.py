@@ -19,6 +19,7 @@ import copy
 import json
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -129,6 +130,31 @@ def run_engine(engine: str, out: Path, n_micro: int) -> dict:
     return res
 
 
+class _PartlyUsed(torch.nn.Module):
+    """A model whose ``unused`` layer never receives a gradient."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.used = torch.nn.Linear(4, 4)
+        self.unused = torch.nn.Linear(4, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.used(x)
+
+
+def unused_parameter_updates() -> dict[str, dict[str, torch.Tensor]]:
+    """Parameters after one step where one layer got no gradient, per engine (weight decay on)."""
+    out = {}
+    for engine in ("plain", "zero0", "zero1", "zero2", "zero3"):
+        cfg = replace(actor_config(engine), weight_decay=0.5)
+        actor = Actor(_PartlyUsed(), cfg)
+        actor.backward(actor.module(torch.ones(2, 4)).sum())
+        actor.step()
+        out[engine] = gathered(actor)
+    return out
+
+
 def check_helpers() -> dict:
     """Results of the collective helpers, recorded for the test to assert on."""
     r, w = D.rank(), D.world_size()
@@ -145,6 +171,7 @@ def main() -> None:
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--engines", default="zero3,zero2,zero1,zero0,plain,zero3+bf16+gc")
     ap.add_argument("--n-micro", type=int, default=2, help="micro-batches per rank (W > 1)")
+    ap.add_argument("--unused-check", action="store_true", help="also run unused_parameter_updates")
     ap.add_argument("--local_rank", type=int, default=None, help="set by the deepspeed launcher")
     args = ap.parse_args()
 
@@ -157,6 +184,10 @@ def main() -> None:
         if D.is_main():
             torch.save(res, args.out / f"{engine}_ws{D.world_size()}.pt")
         results[engine] = {k: v for k, v in res.items() if k.endswith("_s")}
+    if args.unused_check:
+        unused = unused_parameter_updates()
+        if D.is_main():
+            torch.save(unused, args.out / f"unused_ws{D.world_size()}.pt")
     D.barrier()
     if D.is_main():
         (args.out / f"summary_ws{D.world_size()}.json").write_text(json.dumps(results, indent=1))
