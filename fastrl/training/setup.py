@@ -176,8 +176,12 @@ def build_policy(cfg: FastRLConfig) -> PolicyBundle:
     path = resolve_policy_path(cfg)
     dtype = torch.bfloat16 if cfg.model.dtype == "bfloat16" else torch.float32
     model, tokenizer = load_policy(path, dtype=dtype)
-    actor = Actor(model, build_actor_config(cfg))
-    reference = build_reference(path) if cfg.algorithm.kl_coef > 0 else None
+    actor_cfg = build_actor_config(cfg)
+    actor = Actor(model, actor_cfg)
+    reference = (
+        build_reference(path, actor_cfg, loader=lambda p: load_policy(p, dtype=dtype)[0])
+        if cfg.algorithm.kl_coef > 0 else None  # no reference model at all without a KL term
+    )
     engine = build_engine(cfg, actor, tokenizer, path)
     encoder = PromptEncoder.from_processor(tokenizer)
     return PolicyBundle(
