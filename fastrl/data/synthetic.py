@@ -79,10 +79,13 @@ TASK_WORDS: tuple[str, ...] = (
     "+", "-", "=", ".", ",", ":", "?",
     # mini-math
     "compute", "first", "then", "add", "subtract", "and", "to", "get", "from", "plus", "minus",
-    "is", "so", "the", "answer", "positive", "negative", "part", "numbers", "sum", "of",
+    "is", "so", "the", "answer", "positive", "negative", "part", "numbers", "sum", "of", ";",
+    "next", "after", "that", "giving", "which", "makes", "combine", "with", "put", "on", "top",
+    "take", "away", "remove", "two", "differ", "by", "number", "second", "third", "fourth", "leaves",
+    "imagine", "a", "box", "balls", "apples", "coins", "ball", "apple", "coin", "you", "more", "now", "fall", "out", "remain",
     # mini-geo
     "how", "many", "red", "blue", "squares", "are", "in", "picture", "count", "there", "i",
-    "see", "we", "need", "has", "all", "total",
+    "see", "we", "need", "has", "all", "total", "looking", "at", "grid", "cells", "extra", "filled",
 )
 
 
@@ -148,7 +151,18 @@ def _apply(op: str, x: int, y: int) -> int:
     return x + y if op == "+" else x - y
 
 
-def _route_chain(terms: list[tuple[str, int]]) -> tuple[str, int]:
+# Wording choices. Each record's routes draw one phrasing per slot, so across records the SFT
+# data holds several phrasings of every route and a policy sampled at T=1 varies its wording the
+# way an LLM does; that spreads token sets apart beyond what the route alone does.
+_THEN = ("then", "next", "after that")
+_GET = ("to get", "giving", "which makes")
+_ADD = ("add {x} and {y}", "combine {x} with {y}")
+_ADD_TO = ("add {y} to {x}", "put {y} on top of {x}")
+_SUB = ("subtract {y} from {x}", "take away {y} from {x}", "remove {y} from {x}")
+_ORDINALS = ("first", "second", "third", "fourth")
+
+
+def _route_chain(terms: list[tuple[str, int]], rng: random.Random) -> tuple[str, int]:
     """Left to right, one equation per step: ``7 + 12 = 19 . 19 - 5 = 14 .``"""
     acc = terms[0][1]
     steps = []
@@ -159,23 +173,35 @@ def _route_chain(terms: list[tuple[str, int]]) -> tuple[str, int]:
     return " ".join(steps), acc
 
 
-def _route_words(terms: list[tuple[str, int]]) -> tuple[str, int]:
-    """Left to right in words: ``first add 7 and 12 to get 19 . then subtract 5 from 19 ...``"""
+def _route_words(terms: list[tuple[str, int]], rng: random.Random) -> tuple[str, int]:
+    """Left to right in words: ``first add 7 and 12 to get 19 , then take away 5 from 19 ...``"""
     acc = terms[0][1]
     steps = []
     for i, (op, v) in enumerate(terms[1:]):
         new = _apply(op, acc, v)
-        lead = "first" if i == 0 else "then"
-        if i == 0:
-            verb = f"add {acc} and {v}" if op == "+" else f"subtract {v} from {acc}"
+        if op == "+":
+            verb = rng.choice(_ADD if i == 0 else _ADD_TO).format(x=acc, y=v)
         else:
-            verb = f"add {v} to {acc}" if op == "+" else f"subtract {v} from {acc}"
-        steps.append(f"{lead} {verb} to get {new} .")
+            verb = rng.choice(_SUB).format(x=acc, y=v)
+        lead = "first" if i == 0 else rng.choice(_THEN)
+        steps.append(f"{lead} {verb} {rng.choice(_GET)} {new}")
         acc = new
-    return " ".join(steps), acc
+    return " , ".join(steps) + " .", acc
 
 
-def _route_prose(terms: list[tuple[str, int]]) -> tuple[str, int]:
+def _route_positional(terms: list[tuple[str, int]], rng: random.Random) -> tuple[str, int]:
+    """Refers to operands by position: ``the first two numbers sum to 19 ; minus the third ...``"""
+    acc = _apply(terms[1][0], terms[0][1], terms[1][1])
+    verb = "sum to" if terms[1][0] == "+" else "differ by"
+    steps = [f"the first two numbers {verb} {acc}"]
+    for i, (op, v) in enumerate(terms[2:], start=2):
+        acc = _apply(op, acc, v)
+        word = "plus" if op == "+" else "minus"
+        steps.append(f"{word} the {_ORDINALS[i]} number {rng.choice(('leaves', 'is', 'makes'))} {acc}")
+    return " ; ".join(steps) + " ;", acc
+
+
+def _route_prose(terms: list[tuple[str, int]], rng: random.Random) -> tuple[str, int]:
     """Running prose: ``7 plus 12 is 19 , 19 minus 5 is 14 , so the answer is 14 .``"""
     acc = terms[0][1]
     parts = []
@@ -186,7 +212,7 @@ def _route_prose(terms: list[tuple[str, int]]) -> tuple[str, int]:
     return f"{' '.join(parts)} so the answer is {acc} .", acc
 
 
-def _route_regroup(terms: list[tuple[str, int]]) -> tuple[str, int]:
+def _route_regroup(terms: list[tuple[str, int]], rng: random.Random) -> tuple[str, int]:
     """Positives first, then negatives: ``positive part : 7 + 12 = 19 . negative part : 5 . ...``"""
     pos = [v for op, v in terms if op == "+"]
     neg = [v for op, v in terms if op == "-"]
@@ -199,8 +225,26 @@ def _route_regroup(terms: list[tuple[str, int]]) -> tuple[str, int]:
     return " ".join(out), psum - nsum
 
 
-_MATH_ROUTES: tuple[Callable[[list[tuple[str, int]]], tuple[str, int]], ...] = (
-    _route_chain, _route_words, _route_prose, _route_regroup,
+def _route_story(terms: list[tuple[str, int]], rng: random.Random) -> tuple[str, int]:
+    """The sum as a story about objects: ``imagine a box with 7 coins . you put in 12 more ...``
+
+    Shares few tokens with the symbolic routes besides the numbers, as a differently worded
+    reasoning trace does.
+    """
+    obj = rng.choice(("balls", "apples", "coins"))
+    acc = terms[0][1]
+    parts = [f"imagine a box with {acc} {obj} ."]
+    for op, v in terms[1:]:
+        acc = _apply(op, acc, v)
+        if op == "+":
+            parts.append(f"you put in {v} more , now there are {acc} .")
+        else:
+            parts.append(f"{v} {obj if v != 1 else obj[:-1]} fall out , so {acc} remain .")
+    return " ".join(parts), acc
+
+
+_MATH_ROUTES: tuple[Callable[[list[tuple[str, int]], random.Random], tuple[str, int]], ...] = (
+    _route_chain, _route_words, _route_positional, _route_prose, _route_regroup, _route_story,
 )
 
 
@@ -210,7 +254,7 @@ def _math_problem(variant: str, rng: random.Random) -> _Problem:
     answer = _apply_all(terms)
     routes = []
     for route in _MATH_ROUTES:
-        thinking, value = route(terms)
+        thinking, value = route(terms, rng)
         if value != answer:  # a route that disagrees with the expression is a generator bug
             raise AssertionError(f"mini-math route {route.__name__} gave {value} for {expr} = {answer}")
         routes.append(_wrap(thinking, answer))
@@ -274,6 +318,7 @@ def _geo_problem(variant: str, rng: random.Random) -> _Problem:
             f"i see {k} {colour} squares and {counts[other]} {other} squares . "
             f"we need {colour} , so {k} + {add} = {answer} .",
             f"the picture has {k} {colour} squares , and {k} plus {add} is {answer} .",
+            f"looking at the grid , {k} cells are {colour} ; with {add} extra that makes {answer} ;",
         )
         key = f"{cells}|{colour}|{add}"
     else:  # total: both colours, a held-out question type
@@ -286,6 +331,7 @@ def _geo_problem(variant: str, rng: random.Random) -> _Problem:
             f"first count all squares to get {total} . then add {add} to {total} to get {answer} .",
             f"i see {n_red} red and {n_blue} blue , so the total is {total} , and {total} plus {add} "
             f"is {answer} .",
+            f"looking at the grid , {total} cells are filled ; with {add} extra that makes {answer} ;",
         )
         key = f"{cells}|all|{add}"
     routes = tuple(_wrap(t, answer) for t in thinkings)

@@ -259,7 +259,7 @@ def warm_start(
     template: str = "fastrl_math",
     warmup_frac: float = 0.05,
     weight_decay: float = 0.0,
-    num_threads: int | None = None,
+    num_threads: int | None = 1,
     eval_settings: EvalSettings | None = None,
     log_every: int | None = None,
 ) -> Path:
@@ -269,7 +269,10 @@ def warm_start(
     and holds ``sft_manifest.json``: the inputs, the wall time, the loss curve summary and the
     validation metrics of ``evaluate_policy`` (greedy and T=1 accuracy, mixed-group fraction,
     Jaccard distances inside same-reward groups). ``eval_settings.num_prompts = 0`` skips the
-    evaluation. ``num_threads`` sets torch's intra-op threads for the run (then restores them).
+    evaluation. ``num_threads`` sets torch's intra-op threads for the run (then restores them;
+    None keeps the caller's). One thread is the default: for matrices this small a second thread
+    buys little, the float summation order (hence the weights) then does not depend on the
+    machine, and on a shared 2-core box two OpenMP threads were measured 10-100x slower.
     """
     if steps < 0 or batch_size < 1 or lr <= 0:
         raise ValueError(f"warm_start: need steps >= 0, batch_size >= 1, lr > 0; got {steps}, {batch_size}, {lr}")

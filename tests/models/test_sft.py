@@ -1,0 +1,81 @@
+"""SFT warm start: a loadable model dir, cached by its inputs, rebuilt when they change."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from fastrl.models import sft
+from fastrl.models.builders import load_policy
+from fastrl.models.sft import EvalSettings, jaccard_distance, warm_start
+
+from .conftest import TEXT_SPEC, VL_SPEC
+
+TINY_EVAL = EvalSettings(num_prompts=2, n=2, max_new_tokens=8, batch_size=8)
+
+
+def _run(out_root: Path, **overrides):
+    kwargs = dict(out_root=out_root, seed=0, steps=3, lr=1e-3, batch_size=4, num_train=8, eval_settings=TINY_EVAL)
+    kwargs.update(overrides)
+    return warm_start("mini-math", TEXT_SPEC, **kwargs)
+
+
+def test_warm_start_builds_then_hits_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = _run(tmp_path)
+    manifest = json.loads((path / "sft_manifest.json").read_text())
+    assert manifest["inputs"]["steps"] == 3 and manifest["key"] in path.name
+    m = manifest["metrics"]
+    assert m["num_prompts"] == 2 and m["n"] == 2
+    assert 0.0 <= m["greedy_accuracy"] <= 1.0 and 0.0 <= m["mixed_group_fraction"] <= 1.0
+    assert manifest["loss_first"] > 0
+    model, _ = load_policy(path)  # loadable like any policy dir
+    assert type(model).__name__ == "Qwen2ForCausalLM"
+    assert [p.name for p in tmp_path.iterdir()] == [path.name]  # no temporary dir left behind
+
+    def boom(*args, **kwargs):
+        raise AssertionError("cache hit must not train")
+
+    monkeypatch.setattr(sft, "train_sft", boom)
+    assert _run(tmp_path) == path  # same inputs: cache hit, no training
+    # Different inputs: a different directory (and training, which the patch turns into an error).
+    with pytest.raises(AssertionError, match="must not train"):
+        _run(tmp_path, lr=2e-3)
+    with pytest.raises(AssertionError, match="must not train"):
+        _run(tmp_path, seed=1)
+    assert [p.name for p in tmp_path.iterdir()] == [path.name]
+
+
+def test_training_changes_weights_and_lowers_loss(tmp_path: Path) -> None:
+    path = _run(tmp_path, steps=12, lr=3e-3, eval_settings=EvalSettings(num_prompts=0))
+    manifest = json.loads((path / "sft_manifest.json").read_text())
+    assert manifest["metrics"] == {}
+    assert manifest["loss_last_10pct"] < manifest["loss_first"]
+
+
+def test_incomplete_cache_dir_is_rebuilt(tmp_path: Path) -> None:
+    path = _run(tmp_path, eval_settings=EvalSettings(num_prompts=0))
+    (path / "sft_manifest.json").unlink()  # e.g. a copy interrupted half-way
+    again = _run(tmp_path, eval_settings=EvalSettings(num_prompts=0))
+    assert again == path and (path / "sft_manifest.json").is_file()
+
+
+def test_vl_warm_start_end_to_end(tmp_path: Path) -> None:
+    path = warm_start("mini-geo", VL_SPEC, out_root=tmp_path, seed=0, steps=2, lr=1e-3, batch_size=2, num_train=4,
+                      eval_settings=TINY_EVAL)
+    model, proc = load_policy(path)
+    assert type(model).__name__ == "Qwen2_5_VLForConditionalGeneration"
+    assert (path / "preprocessor_config.json").is_file()
+
+
+def test_jaccard_distance() -> None:
+    assert jaccard_distance([1, 2, 3], [1, 2, 3, 3]) == 0.0
+    assert jaccard_distance([1, 2], [3, 4]) == 1.0
+    assert jaccard_distance([1, 2, 3], [2, 3, 4]) == pytest.approx(0.5)
+    assert jaccard_distance([], []) == 0.0
+
+
+def test_bad_arguments() -> None:
+    with pytest.raises(ValueError, match="lr > 0"):
+        warm_start("mini-math", TEXT_SPEC, out_root=Path("unused"), seed=0, steps=1, lr=0.0)
