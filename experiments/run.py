@@ -134,7 +134,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seeds", default="", help='e.g. "1 2 3" (default: configs/tables/slots.yaml seeds.<scale>)')
     p.add_argument("--runs-root", type=Path, default=Path("runs"))
     p.add_argument("--out", type=Path, default=GENERATED_DIR, help="where <target>.csv/.md and PNGs go")
-    p.add_argument("--launcher", choices=LAUNCHERS, default=None, help="default: inprocess (smoke, mini), deepspeed (paper)")
+    p.add_argument("--launcher", choices=LAUNCHERS, default=None, help="default: inprocess (smoke), subprocess (mini), deepspeed (paper)")
     p.add_argument("--override", action="append", default=[], help="extra dotted.key=value for every run (repeatable)")
     p.add_argument("--dry-run", action="store_true", help="print the plan and the estimate only")
     p.add_argument("--collect-only", action="store_true", help="no training: tables from existing logs")
