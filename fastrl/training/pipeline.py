@@ -171,16 +171,35 @@ class Trainer:
 
     # ------------------------------------------------------------------ one step
     def train_step(self) -> dict[str, Any]:
-        cfg = self.cfg
+        """One rollout batch: generate, then learn from it, then update ARS/GRESO statistics."""
         timer = StageTimer()
         step_start = time.perf_counter()
         n_before = self.components.rollout_scaler.n
         batch, rollout_metrics = self.rollout_with_filter(timer)
+        kept, learn_metrics = self.learn(batch, timer)
+        self.state.step += 1
+        scaler_metrics = self.update_statistics(batch, kept)
+        timer.seconds["step"] = time.perf_counter() - step_start
+        return {
+            **rollout_metrics,
+            **self._batch_metrics(batch, kept, n_before),
+            **learn_metrics,
+            **scaler_metrics,
+            **self._reward_stats,
+            **timer.metrics(),
+            "epoch": self.state.epoch,
+        }
+
+    def learn(self, batch: RolloutBatch, timer: StageTimer) -> tuple[RolloutBatch, dict[str, float]]:
+        """Advantages -> prune -> old/ref log-probs on the KEPT set -> K updates -> weight sync.
+
+        ``batch`` is the global rollout batch (identical on every rank); returns the kept batch.
+        """
+        cfg = self.cfg
         with timer.stage("adv"):
             self.compute_advantages(batch)
         with timer.stage("prune"):
-            kept_idx = self.prune(batch)
-        kept = batch.select(kept_idx)
+            kept = batch.select(self.prune(batch))
         rank, world = dist.rank(), dist.world_size()
         g = torch.Generator().manual_seed(cfg.trainer.seed * 15_485_863 + self.state.step)
         minibatches = plan_minibatches(
@@ -204,20 +223,7 @@ class Trainer:
             )
         with timer.stage("update_weights"):
             sync_metrics = self.policy.sync_and_check(kept)
-        self.state.step += 1
-        scaler_metrics = self.update_statistics(batch, kept)
-        timer.seconds["step"] = time.perf_counter() - step_start
-        metrics: dict[str, Any] = {
-            **rollout_metrics,
-            **self._batch_metrics(batch, kept, n_before),
-            **actor_metrics,
-            **sync_metrics,
-            **scaler_metrics,
-            **self._reward_stats,
-            **timer.metrics(),
-            "epoch": self.state.epoch,
-        }
-        return metrics
+        return kept, {**actor_metrics, **sync_metrics}
 
     def loss_settings(self) -> LossSettings:
         a = self.cfg.algorithm

@@ -1,0 +1,45 @@
+"""2-rank DeepSpeed ZeRO-3 (CPU) = 1 rank: same kept set and, within float tolerance, the same loss,
+gradient norm and parameters after one FastRL step on the same batch."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+SCRIPT = REPO / "tests" / "integration" / "scripts" / "dp_learn.py"
+
+
+def _env() -> dict[str, str]:
+    return {**os.environ, "DS_ACCELERATOR": "cpu", "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1",
+            "TORCH_EXTENSIONS_DIR": str(REPO / ".cache" / "torch_extensions"),
+            "PYTHONPATH": str(REPO)}
+
+
+@pytest.mark.deepspeed
+def test_two_ranks_zero3_equal_one_rank(tmp_path):
+    launcher = shutil.which("deepspeed", path=str(Path(sys.executable).parent)) or shutil.which("deepspeed")
+    if launcher is None:
+        pytest.skip("the `deepspeed` launcher is not installed (pip install deepspeed); `make setup` installs it")
+    common = ["trainer.use_deepspeed=true", "trainer.zero_stage=3", "trainer.micro_batch_size=2",
+              "algorithm.kl_coef=0.01", "trainer.updates_per_step=2", "trainer.progress=false"]
+    one, two = tmp_path / "one.json", tmp_path / "two.json"
+    subprocess.run([sys.executable, str(SCRIPT), str(one), f"trainer.run_dir={tmp_path / 'r1'}", *common],
+                   cwd=REPO, env=_env(), check=True, timeout=900, capture_output=True)
+    proc = subprocess.run([launcher, "--num_gpus", "2", "--master_port", "29533", str(SCRIPT), str(two),
+                           f"trainer.run_dir={tmp_path / 'r2'}", *common],
+                          cwd=REPO, env=_env(), timeout=900, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    a, b = json.loads(one.read_text()), json.loads(two.read_text())
+    assert (a["world"], b["world"]) == (1, 2)
+    assert sorted(map(str, a["kept"])) == sorted(map(str, b["kept"]))  # the same kept set
+    assert len(a["kept"]) < len(a["rewards"])  # MDAP pruned something on this batch
+    assert a["advantages"] == b["advantages"]
+    for key in ("loss", "pg_loss", "grad_norm", "param_sum", "param_abs_sum"):
+        assert b[key] == pytest.approx(a[key], rel=1e-5, abs=1e-6), key
