@@ -55,4 +55,5 @@ def main(out: str, *overrides: str) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1], *[a for a in sys.argv[2:] if not a.startswith("--local_rank")])
+    args = [a for a in sys.argv[1:] if not a.startswith("--local_rank")]  # added by the launcher
+    main(args[0], *args[1:])
