@@ -84,6 +84,9 @@ class RolloutConfig:
     vllm_gpu_memory_utilization: float = 0.5
     vllm_max_model_len: int = 512
     vllm_enforce_eager: bool = True
+    # auto = cpu_repack on CPU (re-packs vLLM's oneDNN weight handles after an in-place reload),
+    # load_weights on GPU; vllm_reload is vLLM's own in-place reload (stale tied lm_head on CPU).
+    vllm_sync_method: str = "auto"
 
     def __post_init__(self) -> None:
         _check_choice("rollout.engine", self.engine, ("hf", "vllm"))

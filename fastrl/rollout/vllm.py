@@ -568,6 +568,21 @@ class VLLMRolloutEngine:
 
     # ---- memory (GPU colocation) ----------------------------------------------------------
 
+    def close(self) -> None:
+        """Shut the engine down and free its memory (KV cache, weights); the object is unusable after."""
+        llm = self.__dict__.pop("_llm", None)
+        if llm is None:
+            return
+        engine_core = getattr(getattr(llm, "llm_engine", None), "engine_core", None)
+        if engine_core is not None and hasattr(engine_core, "shutdown"):
+            engine_core.shutdown()
+        del llm
+        import gc
+
+        gc.collect()
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()
+
     def sleep(self, level: int = 1) -> None:
         """Free GPU memory between rollouts (needs ``enable_sleep_mode``; no-op on CPU)."""
         if self._sleep_enabled and not self.is_cpu:

@@ -364,8 +364,12 @@ class Trainer:
         if cfg.save_every:
             self.save()
         summary["final_model"] = str(self.policy.export(self.run_dir / "final"))
-        self.logger.close()
+        self.close()
         return summary
+
+    def close(self) -> None:
+        self.policy.close()
+        self.logger.close()
 
 
 def _accuracy_groups(batch: RolloutBatch) -> dict[str, list[float]]:

@@ -122,6 +122,12 @@ class PolicyBundle:
         dist.barrier()
         return out_dir
 
+    def close(self) -> None:
+        """Release the rollout engine (vLLM holds its own weights and KV cache)."""
+        close = getattr(self.engine, "close", None)
+        if close is not None:
+            close()
+
     def after_load(self) -> None:
         """After a checkpoint restore, engines holding their own weights must be re-synced."""
         if self.engine.name != "hf":
@@ -154,7 +160,7 @@ def build_engine(cfg: FastRLConfig, actor: Any, tokenizer: Any, path: Path) -> R
     return VLLMRolloutEngine(
         str(path), seed=cfg.trainer.seed + dist.rank(), max_model_len=r.vllm_max_model_len,
         gpu_memory_utilization=r.vllm_gpu_memory_utilization, dtype=cfg.model.dtype,
-        enforce_eager=r.vllm_enforce_eager,
+        enforce_eager=r.vllm_enforce_eager, sync_method=r.vllm_sync_method,
     )
 
 
