@@ -211,6 +211,7 @@ class Trainer:
         pad = self.policy.pad_id
         with timer.stage("old_log_prob"):
             old = compute_logprobs(self.policy.actor.module, kept, mine, micro_batch_size=mb_size, pad_id=pad)
+        probs_diff = rollout_probs_diff(kept, old)
         ref = None
         if self.policy.reference is not None:
             with timer.stage("ref"):
@@ -223,7 +224,7 @@ class Trainer:
             )
         with timer.stage("update_weights"):
             sync_metrics = self.policy.sync_and_check(kept)
-        return kept, {**actor_metrics, **sync_metrics}
+        return kept, {**actor_metrics, **sync_metrics, **probs_diff}
 
     def loss_settings(self) -> LossSettings:
         a = self.cfg.algorithm
@@ -370,6 +371,19 @@ class Trainer:
     def close(self) -> None:
         self.policy.close()
         self.logger.close()
+
+
+def rollout_probs_diff(batch: RolloutBatch, trainer_logprobs: dict[int, torch.Tensor]) -> dict[str, float]:
+    """|p_engine - p_trainer| per token over the given responses (as verl logs it): a large value
+    means the samples do not come from the policy being trained (engine bug, stale weights)."""
+    diffs = [
+        (torch.tensor(batch.engine_logprobs[i]).exp() - lp.exp()).abs()
+        for i, lp in trainer_logprobs.items() if len(batch.engine_logprobs[i]) == lp.numel()
+    ]
+    if not diffs:
+        return {}
+    flat = torch.cat(diffs)
+    return {"rollout/probs_diff_max": float(flat.max()), "rollout/probs_diff_mean": float(flat.mean())}
 
 
 def _accuracy_groups(batch: RolloutBatch) -> dict[str, list[float]]:
