@@ -121,7 +121,8 @@ def cmd_eval(args: argparse.Namespace) -> int:
         engine = VLLMRolloutEngine(str(model_path), seed=args.seed, max_model_len=args.max_model_len,
                                    gpu_memory_utilization=args.gpu_memory_utilization, dtype="auto",
                                    enforce_eager=True)
-    benchmarks = dict(parse_benchmark(b) for b in args.benchmark)
+    benchmarks = {name: records[: args.limit] if args.limit else records
+                  for name, records in (parse_benchmark(b) for b in args.benchmark)}
     results = evaluate(
         engine, lambda r: encoder.encode(r.uid, build_prompt_text(r, args.template), list(r.images)),
         benchmarks, sampling=validation_sampling(args.sampling, max_new_tokens=args.max_new_tokens, seed=args.seed),
@@ -178,6 +179,7 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--batch-size", type=int, default=32)
     e.add_argument("--gpu-memory-utilization", type=float, default=0.8)
     e.add_argument("--seed", type=int, default=0)
+    e.add_argument("--limit", type=int, default=0, help="first N problems of each benchmark (0: all)")
     e.add_argument("--out", default="runs/eval")
     e.set_defaults(func=cmd_eval)
     return p
