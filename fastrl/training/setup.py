@@ -152,7 +152,8 @@ def build_engine(cfg: FastRLConfig, actor: Any, tokenizer: Any, path: Path) -> R
         from fastrl.rollout.hf import HFRolloutEngine
 
         return HFRolloutEngine(
-            actor.module, tokenizer, eos_token_ids=_eos_ids(tokenizer), pad_token_id=_pad_id(tokenizer),
+            actor.module, getattr(tokenizer, "tokenizer", tokenizer),  # a VL processor's tokenizer
+            eos_token_ids=_eos_ids(tokenizer), pad_token_id=_pad_id(tokenizer),
             batch_size=r.hf_batch_size,
         )
     from fastrl.rollout.vllm import VLLMRolloutEngine

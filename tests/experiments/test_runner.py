@@ -95,8 +95,9 @@ def test_plan_prints_counts_and_estimate(tmp_path, capsys):
 
 @pytest.mark.parametrize("target", MAKE_TARGETS)
 def test_make_targets_exist(target):
-    out = subprocess.run(["make", "-n", target, "SCALE=paper", "SEEDS=1 2"], cwd=REPO, capture_output=True,
-                         text=True, timeout=60)
+    # --no-print-directory: under `make test` the nested make would print Entering/Leaving lines.
+    out = subprocess.run(["make", "--no-print-directory", "-n", target, "SCALE=paper", "SEEDS=1 2"], cwd=REPO,
+                         capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     line = out.stdout.strip().splitlines()[-1]
     assert re.search(rf"-m experiments\.run {re.escape(target)} --scale paper --seeds \"1 2\"", line), line
