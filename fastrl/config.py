@@ -42,6 +42,8 @@ class ModelConfig:
     sft_steps: int = 600
     sft_lr: float = 3e-3
     sft_batch_size: int = 32
+    # Fraction of SFT examples whose boxed answer is wrong (reasoning intact): see models/sft.py.
+    sft_answer_noise: float = 0.0
     gradient_checkpointing: bool = False
 
     def __post_init__(self) -> None:

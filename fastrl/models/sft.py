@@ -23,6 +23,7 @@ import logging
 import math
 import os
 import random
+import re
 import shutil
 import time
 from dataclasses import dataclass
@@ -62,7 +63,7 @@ class EvalSettings:
 
 def sft_inputs(
     task: str, spec: TinyModelSpec, *, seed: int, steps: int, lr: float, batch_size: int, num_train: int,
-    template: str, warmup_frac: float, weight_decay: float,
+    template: str, warmup_frac: float, weight_decay: float, answer_noise: float = 0.0,
 ) -> dict[str, Any]:
     """Every input that changes the SFT weights (hashed into the cache directory name)."""
     probe = Record(uid="probe", problem="{problem}", answer="0", source=task)
@@ -80,6 +81,7 @@ def sft_inputs(
         "vocab_sha": hashlib.sha256("\n".join(mini_vocabulary()).encode()).hexdigest()[:16],
         "warmup_frac": warmup_frac,
         "weight_decay": weight_decay,
+        **({"answer_noise": answer_noise} if answer_noise else {}),  # older cache keys stay valid
     }
 
 
@@ -114,6 +116,26 @@ def _route_ids(tokenizer: Any, records: Sequence[Record]) -> list[list[list[int]
     return out
 
 
+_BOXED_TAIL = re.compile(r"\\boxed\{ (\d+) \}$")
+
+
+def noisy_route(text: str, rng: random.Random) -> str:
+    """The same worked solution with its boxed answer off by 1-3 (an arithmetic slip at the end:
+    the reasoning still ends on the right number, the box does not)."""
+    m = _BOXED_TAIL.search(text)
+    if m is None:
+        raise ValueError(f"SFT answer noise: solution does not end with a boxed integer: {text[-60:]!r}")
+    answer = int(m.group(1))
+    wrong = answer + rng.choice([d for d in (-3, -2, -1, 1, 2, 3) if 0 <= answer + d <= 99])
+    return text[: m.start(1)] + str(wrong) + text[m.end(1):]
+
+
+def _noisy_route_ids(tokenizer: Any, records: Sequence[Record], seed: int) -> list[list[list[int]]]:
+    rng = random.Random(seed ^ 0x5EED)
+    return [[tokenizer(noisy_route(t, rng), add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id]
+             for t in r.meta["routes"]] for r in records]
+
+
 def train_sft(
     model: torch.nn.Module,
     prompts: Sequence[PromptInput],
@@ -127,11 +149,14 @@ def train_sft(
     warmup_frac: float,
     weight_decay: float,
     log_every: int,
+    noisy_targets: Sequence[Sequence[Sequence[int]]] | None = None,
+    answer_noise: float = 0.0,
 ) -> list[float]:
     """Teacher-forced SFT: minimise -mean log pi(solution token) over response tokens.
 
-    Each step draws ``batch_size`` problems and one random route of each. Returns the loss of
-    every step.
+    Each step draws ``batch_size`` problems and one random route of each; with probability
+    ``answer_noise`` that route's noisy twin (wrong boxed answer) is used instead. Returns the
+    loss of every step.
     """
     rng = random.Random(seed)
     opt = torch.optim.AdamW(model.parameters(), lr=lr, betas=(0.9, 0.98), weight_decay=weight_decay)
@@ -143,7 +168,11 @@ def train_sft(
         for g in opt.param_groups:
             g["lr"] = _lr_at(step, steps, lr, warmup)
         idx = [rng.randrange(len(prompts)) for _ in range(batch_size)]
-        resp = [targets[i][rng.randrange(len(targets[i]))] for i in idx]
+        resp = []
+        for i in idx:
+            j = rng.randrange(len(targets[i]))
+            noisy = noisy_targets is not None and rng.random() < answer_noise
+            resp.append(noisy_targets[i][j] if noisy else targets[i][j])  # type: ignore[index]
         batch = collate([prompts[i] for i in idx], resp, pad_id)
         logp = response_logprobs(model, batch)
         loss = -(logp.sum() / batch["response_mask"].sum())
@@ -262,8 +291,15 @@ def warm_start(
     num_threads: int | None = 1,
     eval_settings: EvalSettings | None = None,
     log_every: int | None = None,
+    answer_noise: float = 0.0,
 ) -> Path:
     """SFT a tiny ``spec`` model on ``task``'s worked solutions; return its directory (cached).
+
+    ``answer_noise`` (0 by default) trains on a wrong boxed answer in that fraction of examples
+    (the reasoning left intact), so the warm-started policy has a systematic, rewardable flaw —
+    a box that does not follow from its own reasoning — which RL can remove for every prompt at
+    once, as RL on real LLMs removes SFT's slips. Without it, the tiny policy's errors are
+    per-problem arithmetic gaps, and GRPO on thousands of prompts was measured not to move them.
 
     The directory (``out_root / f"{task}-{kind}-{hash}"``) loads with ``load_policy`` and vLLM
     and holds ``sft_manifest.json``: the inputs, the wall time, the loss curve summary and the
@@ -276,8 +312,11 @@ def warm_start(
     """
     if steps < 0 or batch_size < 1 or lr <= 0:
         raise ValueError(f"warm_start: need steps >= 0, batch_size >= 1, lr > 0; got {steps}, {batch_size}, {lr}")
+    if not 0.0 <= answer_noise < 1.0:
+        raise ValueError(f"warm_start: answer_noise={answer_noise} must lie in [0, 1)")
     inputs = sft_inputs(task, spec, seed=seed, steps=steps, lr=lr, batch_size=batch_size, num_train=num_train,
-                        template=template, warmup_frac=warmup_frac, weight_decay=weight_decay)
+                        template=template, warmup_frac=warmup_frac, weight_decay=weight_decay,
+                        answer_noise=answer_noise)
     key = cache_key(inputs)
     out_root = Path(out_root)
     final = out_root / f"{task}-{spec.kind}-{key}"
@@ -305,12 +344,14 @@ def warm_start(
         train = generate_task(task, split="train", num=num_train, seed=seed)
         prompts = _encode_all(encoder, train, template)
         targets = _route_ids(tokenizer, train)
+        noisy = _noisy_route_ids(tokenizer, train, seed) if answer_noise > 0 else None
         t_prep = time.perf_counter() - t0
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(seed)
             losses = train_sft(model, prompts, targets, pad_id=tokenizer.pad_token_id, seed=seed, steps=steps, lr=lr,
                                batch_size=batch_size, warmup_frac=warmup_frac, weight_decay=weight_decay,
-                               log_every=log_every or max(1, steps // 10))
+                               log_every=log_every or max(1, steps // 10), noisy_targets=noisy,
+                               answer_noise=answer_noise)
         t_train = time.perf_counter() - t0 - t_prep
         model.save_pretrained(str(tmp), safe_serialization=True)
         settings = eval_settings or EvalSettings()

@@ -46,6 +46,7 @@ def resolve_policy_path(cfg: FastRLConfig) -> Path:
         path = warm_start(
             cfg.data.task, spec, out_root=SFT_CACHE, seed=cfg.data.seed, steps=cfg.model.sft_steps,
             lr=cfg.model.sft_lr, batch_size=cfg.model.sft_batch_size, template=cfg.data.template,
+            answer_noise=cfg.model.sft_answer_noise,
         )
     return Path(dist.broadcast_object(str(path) if path else None))
 
