@@ -15,12 +15,21 @@ from typing import Any, Sequence
 from fastrl.training.metrics import STAGES, read_metrics
 
 DEMO_METHODS = ("grpo", "fastrl")
+DEMO_VAL_EVERY = 20  # validation points for the accuracy-vs-wall-clock comparison
 
 
 def summarize_run(run_dir: Path, fit_summary: dict[str, Any]) -> dict[str, Any]:
     """Totals over a run's metrics.jsonl (train steps only) plus the fit() summary."""
     rows = [r for r in read_metrics(run_dir) if "timing_s/step" in r]
     total = lambda key: float(sum(r.get(key, 0.0) for r in rows))  # noqa: E731
+    # Validation accuracy against cumulative train-step wall-clock (validation time excluded).
+    curve, wall = [(0, 0.0, fit_summary.get("acc_before"))], 0.0
+    for r in rows:
+        wall += r["timing_s/step"]
+        if "val/accuracy" in r:
+            curve.append((r["step"], wall, r["val/accuracy"]))
+    if curve[-1][0] != len(rows):
+        curve.append((len(rows), wall, fit_summary.get("acc_after")))
     return {
         "steps": len(rows),
         "wall_s": total("timing_s/step"),
@@ -32,6 +41,7 @@ def summarize_run(run_dir: Path, fit_summary: dict[str, Any]) -> dict[str, Any]:
         "kept_fraction": total("prune/kept") / max(total("rollout/num_responses"), 1.0),
         "n_per_step": [int(r.get("rollout/n", 0)) for r in rows],
         "timing_s": {s: total(f"timing_s/{s}") for s in STAGES},
+        "val_curve": [{"step": st, "wall_s": w, "accuracy": a} for st, w, a in curve],
         "run_dir": str(run_dir),
     }
 
@@ -56,7 +66,16 @@ def format_table(methods: dict[str, dict[str, Any]]) -> str:
     if "grpo" in methods:
         base = methods["grpo"]["wall_s"]
         row("speedup vs GRPO (wall-clock)", lambda m: f"{base / max(m['wall_s'], 1e-9):.2f}x")
+    if "grpo" in methods and "fastrl" in methods:
+        budget = methods["fastrl"]["wall_s"]
+        row("val accuracy at FastRL's total wall-clock", lambda m: f"{accuracy_at(m['val_curve'], budget):.3f}")
     return "\n".join(lines)
+
+
+def accuracy_at(curve: Sequence[dict[str, Any]], wall_s: float) -> float:
+    """The last validation accuracy measured within ``wall_s`` seconds of training."""
+    within = [p["accuracy"] for p in curve if p["wall_s"] <= wall_s + 1e-9 and p["accuracy"] is not None]
+    return within[-1] if within else float("nan")
 
 
 def _compress(ns: Sequence[int]) -> str:
@@ -80,7 +99,9 @@ def run_demo(out_dir: Path, *, scale: str = "mini", overrides: Sequence[str] = (
         run_dir = out_dir / name
         for stale in (run_dir / "metrics.jsonl",):
             stale.unlink(missing_ok=True)
-        fit = _train(f"methods/{name}.yaml", [*overrides, f"trainer.run_dir={run_dir}", "trainer.resume=false"], scale)
+        fit = _train(f"methods/{name}.yaml",
+                     [f"trainer.val_every={DEMO_VAL_EVERY}", *overrides, f"trainer.run_dir={run_dir}", "trainer.resume=false"],
+                     scale)
         methods[name] = summarize_run(run_dir, fit)
     summary = {"scale": scale, "overrides": list(overrides), "total_s": time.perf_counter() - start, "methods": methods}
     (out_dir / "summary.json").write_text(json.dumps(summary, indent=2))
