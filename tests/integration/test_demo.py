@@ -1,0 +1,23 @@
+"""`make demo`'s driver at smoke scale: both methods run and summary.json has the promised keys."""
+
+from __future__ import annotations
+
+import json
+
+from fastrl.demo import accuracy_at, run_demo
+
+
+def test_demo_writes_the_summary(tmp_path):
+    run_demo(tmp_path, scale="smoke", overrides=["trainer.total_steps=2"])
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert set(summary["methods"]) == {"grpo", "fastrl"}
+    for m in summary["methods"].values():
+        for key in ("wall_s", "steps", "acc_before", "acc_after", "tokens_generated", "tokens_trained"):
+            assert key in m
+        assert m["steps"] == 2 and m["tokens_trained"] <= m["tokens_generated"]
+    assert "speedup vs GRPO" in (tmp_path / "summary.md").read_text()
+
+
+def test_accuracy_at_takes_the_last_point_within_budget():
+    curve = [{"wall_s": 0.0, "accuracy": 0.5}, {"wall_s": 10.0, "accuracy": 0.6}, {"wall_s": 20.0, "accuracy": 0.7}]
+    assert accuracy_at(curve, 15.0) == 0.6 and accuracy_at(curve, 20.0) == 0.7
