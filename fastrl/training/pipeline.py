@@ -21,7 +21,6 @@ from typing import Any, Sequence
 import numpy as np
 import torch
 
-from fastrl.algorithms import registry
 from fastrl.config import FastRLConfig, save_config, to_dict
 from fastrl.data.schema import Record
 from fastrl.rollout.base import PromptInput, Response, SamplingConfig
@@ -70,7 +69,6 @@ class Trainer:
         self.state = TrainState()
         self.logger = RunLogger(self.run_dir, tensorboard=cfg.trainer.tensorboard, enabled=dist.is_main())
         self._encoded: dict[str, PromptInput] = {}
-        self._data_generator = torch.Generator().manual_seed(cfg.data.seed)
 
     # ------------------------------------------------------------------ data
     def encode(self, record: Record) -> PromptInput:

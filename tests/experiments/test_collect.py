@@ -12,7 +12,6 @@ import pytest
 from experiments import collect as C
 from experiments.grid import Context
 from experiments.logs import is_finished, summarize, val_curve
-from experiments.spec import build_runs
 from tests.experiments.synthetic import write_run
 
 
