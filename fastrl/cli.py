@@ -201,10 +201,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     from fastrl.config import ConfigError
 
     try:
-        return int(args.func(args) or 0)
+        code = int(args.func(args) or 0)
     except ConfigError as exc:
         print(f"fastrl: config error: {exc}", file=sys.stderr)
         return 2
+    from fastrl.training.distributed import shutdown_distributed
+
+    shutdown_distributed()
+    return code
 
 
 if __name__ == "__main__":

@@ -110,6 +110,15 @@ def is_initialized() -> bool:
     return dist.is_available() and dist.is_initialized()
 
 
+def shutdown_distributed() -> None:
+    """Leave the process group cleanly (barrier, then destroy). Exiting with gloo still up was
+    seen to abort a rank at interpreter teardown ("terminate called without an active
+    exception"), after which the launcher kills the other ranks."""
+    if dist.is_available() and dist.is_initialized():
+        dist.barrier()
+        dist.destroy_process_group()
+
+
 def rank() -> int:
     return dist.get_rank() if is_initialized() else 0
 

@@ -52,6 +52,7 @@ def main(out: str, *overrides: str) -> None:
                        "loss": metrics["actor/loss"], "pg_loss": metrics["actor/pg_loss"],
                        "grad_norm": metrics["actor/grad_norm"], "param_sum": float(params.double().sum()),
                        "param_abs_sum": float(params.double().abs().sum())}, fh)
+    dist.shutdown_distributed()
 
 
 if __name__ == "__main__":
