@@ -86,6 +86,10 @@ TASK_WORDS: tuple[str, ...] = (
     # mini-geo
     "how", "many", "red", "blue", "squares", "are", "in", "picture", "count", "there", "i",
     "see", "we", "need", "has", "all", "total", "looking", "at", "grid", "cells", "extra", "filled",
+    # mini-box (grounding): answers are pixel boxes "[ x1 , y1 , x2 , y2 ]"
+    "[", "]", "where", "find", "locate", "left", "right", "bottom", "edge", "edges", "corner", "x", "y",
+    "column", "row", "columns", "rows", "pixels", "pixel", "it", "its", "spans", "starts", "ends",
+    "goes", "wide", "tall", "width", "height", "green", "object", "rectangle", "coordinates", "give",
 )
 
 
