@@ -7,6 +7,7 @@
 #   make table1 SEEDS="1 2"          other seeds; RUNS=dir another run root
 #   make table1 OVERRIDES="trainer.total_steps=40"   extra overrides for every run (new run dirs needed)
 #   make table1 EXP_FLAGS=--dry-run  plan and time estimate only (also: --collect-only, --fail-fast)
+#   make table1 JOBS=1               one run at a time (default at mini: one run per CPU core)
 #
 # Every target prints how long it will take before it starts, reuses finished runs, then writes
 # paper_figures/generated/<target>.csv and .md (paper numbers beside measured ones).
@@ -16,8 +17,9 @@ SEEDS ?=
 RUNS ?= runs
 OVERRIDES ?=
 EXP_FLAGS ?=
+JOBS ?=
 EXP_RUN = $(PY) -m experiments.run
-EXP_ARGS = --scale $(SCALE) --seeds "$(SEEDS)" --runs-root $(RUNS) $(if $(strip $(OVERRIDES)),--override "$(OVERRIDES)") $(EXP_FLAGS)
+EXP_ARGS = --scale $(SCALE) --seeds "$(SEEDS)" --runs-root $(RUNS) $(if $(strip $(JOBS)),--jobs $(JOBS)) $(if $(strip $(OVERRIDES)),--override "$(OVERRIDES)") $(EXP_FLAGS)
 
 EXPERIMENT_TARGETS := table1 table2 table3 table4 table5 table6 table7 table8 ablation tau-sweep correlation lag figures reproduce
 

@@ -26,6 +26,7 @@ class Context:
     launcher: str
     extra_overrides: tuple[str, ...] = ()
     fail_fast: bool = False
+    jobs: int = 1  # runs at once (experiments.runner.default_jobs)
     figures_dir: Path | None = None  # where notebooks write PNGs (default: out_dir)
     # paper scale: read the prepared training files to turn epochs into trainer.total_steps
     # (off for --dry-run and for collecting, which must work without the data)

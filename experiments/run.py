@@ -28,7 +28,7 @@ from typing import Sequence
 from experiments.collect import GENERATED_DIR
 from experiments.grid import Context
 from experiments.runner import (
-    CALIBRATION_DIR, DEFAULT_LAUNCHER, LAUNCHERS, RunError, execute, launch, print_plan, unique,
+    CALIBRATION_DIR, DEFAULT_LAUNCHER, LAUNCHERS, RunError, default_jobs, execute, launch, print_plan, unique,
 )
 from experiments.spec import SCALES, SpecError, build_runs, load_table, parse_seeds
 
@@ -65,7 +65,7 @@ def run_target(name: str, ctx: Context, *, dry_run: bool = False, collect_only: 
     ctx.resolve_paper_steps = not dry_run
     runs = unique(mod.specs(ctx))
     print(f"\n##### {ALIASES.get(name, name)}: {mod.DESCRIPTION}", flush=True)
-    print_plan(ALIASES.get(name, name), ctx.scale, runs, ctx.runs_root, ctx.launcher)
+    print_plan(ALIASES.get(name, name), ctx.scale, runs, ctx.runs_root, ctx.launcher, ctx.jobs)
     describe = getattr(mod, "describe", None)
     if describe is not None:
         describe(ctx)
@@ -73,7 +73,7 @@ def run_target(name: str, ctx: Context, *, dry_run: bool = False, collect_only: 
         return []
     failures: list[str] = []
     if not collect_only:
-        failures += [f"{s.run_dir}: {msg}" for s, msg in execute(runs, ctx.launcher, fail_fast=ctx.fail_fast)]
+        failures += [f"{s.run_dir}: {msg}" for s, msg in execute(runs, ctx.launcher, fail_fast=ctx.fail_fast, jobs=ctx.jobs)]
         post = getattr(mod, "post", None)
         if post is not None:
             try:
@@ -139,6 +139,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--dry-run", action="store_true", help="print the plan and the estimate only")
     p.add_argument("--collect-only", action="store_true", help="no training: tables from existing logs")
     p.add_argument("--fail-fast", action="store_true", help="stop at the first failed run")
+    p.add_argument("--jobs", type=int, default=None,
+                   help="runs at once (default: one per CPU core with the subprocess launcher, else 1)")
     return p
 
 
@@ -156,9 +158,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         overrides = []
         for ov in args.override:
             overrides += ov.split()  # OVERRIDES="a=1 b=2" from make arrives as one string
+        launcher = args.launcher or DEFAULT_LAUNCHER[args.scale]
         ctx = Context(scale=args.scale, seeds=parse_seeds(args.seeds, args.scale), runs_root=args.runs_root,
-                      out_dir=args.out, launcher=args.launcher or DEFAULT_LAUNCHER[args.scale],
-                      extra_overrides=tuple(overrides), fail_fast=args.fail_fast)
+                      out_dir=args.out, launcher=launcher, extra_overrides=tuple(overrides),
+                      fail_fast=args.fail_fast, jobs=args.jobs or default_jobs(launcher))
         if args.target == "calibrate":
             calibrate(ctx, [t for t in REPRODUCE_ORDER if t not in ("table6", "figures", "correlation")])
             return 0

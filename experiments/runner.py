@@ -181,13 +181,14 @@ def fmt_duration(seconds: float) -> str:
     return f"{seconds / 3600:.1f} h"
 
 
-def print_plan(target: str, scale: str, specs: Sequence[RunSpec], runs_root: Path, launcher: str) -> float | None:
+def print_plan(target: str, scale: str, specs: Sequence[RunSpec], runs_root: Path, launcher: str,
+               jobs: int = 1) -> float | None:
     """Print what will run and how long it should take; returns the known part in seconds."""
     pending = [s for s in specs if not is_finished(s.run_dir)]
     skipped = [s for s in pending if s.requires_task and not task_available(s.requires_task)]
     pending = [s for s in pending if s not in skipped]
     print(f"== {target} at scale {scale}: {len(specs)} runs, {len(specs) - len(pending) - len(skipped)} finished "
-          f"(reused), {len(pending)} to run, launcher {launcher}")
+          f"(reused), {len(pending)} to run, launcher {launcher}, {jobs} at a time")
     for s in skipped:
         print(f"   SKIP {s.run_dir}: needs the generated task {s.requires_task!r}, which fastrl.data.synthetic "
               f"does not provide")
@@ -206,8 +207,9 @@ def print_plan(target: str, scale: str, specs: Sequence[RunSpec], runs_root: Pat
         print(f"   estimate: not measurable here; {len(pending)} runs on {gpus} GPUs each; {PAPER_TIME_CONTEXT}")
         return None
     known = len(pending) - len(unknown)
-    msg = f"   estimate: {fmt_duration(total)} for {known} runs (from finished runs / calibration)" if known else \
-        "   estimate: no measurement yet"
+    parallel = f" (~{fmt_duration(total / jobs)} with {jobs} runs at once)" if jobs > 1 else ""
+    msg = f"   estimate: {fmt_duration(total)} of run time for {known} runs{parallel} (from finished runs / " \
+          f"calibration)" if known else "   estimate: no measurement yet"
     if unknown:
         msg += (f"; {len(unknown)} runs of settings never timed on this machine "
                 f"({', '.join(sorted({s.setting for s in unknown}))}): run "
@@ -222,20 +224,74 @@ def task_available(task: str) -> bool:
     return task in TASKS
 
 
-def execute(specs: Sequence[RunSpec], launcher: str, *, fail_fast: bool = False) -> list[tuple[RunSpec, str]]:
-    """Run every unfinished spec; returns the failures as (spec, message)."""
-    failures: list[tuple[RunSpec, str]] = []
-    todo = [s for s in specs if not is_finished(s.run_dir)]
-    for i, s in enumerate(todo, start=1):
-        if s.requires_task and not task_available(s.requires_task):
-            continue
-        print(f"-- [{i}/{len(todo)}] {s.group}/{s.scale}/{s.setting}/{s.variant}/seed{s.seed}", flush=True)
-        try:
-            wall = launch(s, launcher)
-            print(f"   done in {fmt_duration(wall)}", flush=True)
-        except RunError as exc:
+def default_jobs(launcher: str) -> int:
+    """Runs at once when ``--jobs`` is not given: one per CPU core for ``subprocess`` runs (mini
+    scale pins torch to 1 thread per run), else 1 (in-process runs share one interpreter;
+    deepspeed runs each take every GPU)."""
+    return max(1, os.cpu_count() or 1) if launcher == "subprocess" else 1
+
+
+def _launch_and_report(s: RunSpec, launcher: str, label: str) -> tuple[RunSpec, str | None]:
+    print(f"-- {label} {s.group}/{s.scale}/{s.setting}/{s.variant}/seed{s.seed}", flush=True)
+    try:
+        wall = launch(s, launcher)
+    except RunError as exc:
+        print(f"   FAILED {label}: {exc}", flush=True)
+        return s, str(exc)
+    print(f"   done {label} in {fmt_duration(wall)}", flush=True)
+    return s, None
+
+
+def execute(specs: Sequence[RunSpec], launcher: str, *, fail_fast: bool = False,
+            jobs: int = 1) -> list[tuple[RunSpec, str]]:
+    """Run every unfinished spec, ``jobs`` at a time; returns the failures as (spec, message).
+
+    With ``jobs > 1`` (``subprocess`` launcher only) the first pending run of each setting goes
+    alone before the others of that setting, so the setting's SFT warm start is built once and
+    then read from the cache, not built by every run at the same time.
+    """
+    todo = [s for s in specs if not is_finished(s.run_dir)
+            and not (s.requires_task and not task_available(s.requires_task))]
+    labels = {id(s): f"[{i}/{len(todo)}]" for i, s in enumerate(todo, start=1)}
+    if jobs <= 1 or launcher != "subprocess" or len(todo) <= 1:
+        failures: list[tuple[RunSpec, str]] = []
+        for s in todo:
             if fail_fast:
-                raise
-            print(f"   FAILED: {exc}", flush=True)
-            failures.append((s, str(exc)))
+                print(f"-- {labels[id(s)]} {s.group}/{s.scale}/{s.setting}/{s.variant}/seed{s.seed}", flush=True)
+                wall = launch(s, launcher)
+                print(f"   done in {fmt_duration(wall)}", flush=True)
+                continue
+            _, err = _launch_and_report(s, launcher, labels[id(s)])
+            if err is not None:
+                failures.append((s, err))
+        return failures
+    return _execute_parallel(todo, launcher, labels, fail_fast=fail_fast, jobs=jobs)
+
+
+def _execute_parallel(todo: list[RunSpec], launcher: str, labels: dict[int, str], *, fail_fast: bool,
+                      jobs: int) -> list[tuple[RunSpec, str]]:
+    from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+
+    first_of: dict[str, RunSpec] = {}
+    for s in todo:
+        first_of.setdefault(s.setting, s)
+    waiting = [s for s in todo if first_of[s.setting] is not s]  # run after their setting's first
+    failures: list[tuple[RunSpec, str]] = []
+    with ThreadPoolExecutor(max_workers=jobs) as pool:
+        running: set[Future[tuple[RunSpec, str | None]]] = {
+            pool.submit(_launch_and_report, s, launcher, labels[id(s)]) for s in first_of.values()}
+        while running:
+            done, running = wait(running, return_when=FIRST_COMPLETED)
+            for fut in done:
+                spec, err = fut.result()
+                if err is not None:
+                    failures.append((spec, err))
+                    if fail_fast:
+                        for f in running:
+                            f.cancel()
+                        raise RunError(err)
+                # the setting's warm start now exists (or failed the same way for all): release the rest
+                released = [s for s in waiting if s.setting == spec.setting]
+                waiting = [s for s in waiting if s.setting != spec.setting]
+                running |= {pool.submit(_launch_and_report, s, launcher, labels[id(s)]) for s in released}
     return failures

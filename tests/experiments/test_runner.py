@@ -14,6 +14,8 @@ from experiments.logs import SPEC_FILE
 from experiments.spec import build_runs
 from tests.experiments.synthetic import write_run
 
+RunSpecKey = tuple[str, int]
+
 REPO = Path(__file__).resolve().parents[2]
 MAKE_TARGETS = ("table1", "table2", "table3", "table4", "table5", "table6", "table7", "table8", "ablation",
                 "tau-sweep", "correlation", "lag", "figures", "reproduce", "calibrate")
@@ -55,6 +57,46 @@ def test_failures_are_collected_and_named(tmp_path, monkeypatch):
     assert len(failures) == 1 and str(spec.run_dir) in failures[0][1]
     with pytest.raises(R.RunError):
         R.execute([spec], "inprocess", fail_fast=True)
+
+
+def test_parallel_runs_build_each_settings_warm_start_once(tmp_path, monkeypatch):
+    """jobs > 1: every run launches once, and no run of a setting starts before that setting's
+    first run has finished (it builds the SFT warm start the others read from the cache)."""
+    import threading
+
+    specs = build_runs("table1", "smoke", [1, 2], tmp_path)
+    lock = threading.Lock()
+    events: list[tuple[str, str, RunSpecKey]] = []
+
+    def fake_launch(s, launcher):
+        with lock:
+            events.append(("start", s.setting, (s.variant, s.seed)))
+        with lock:
+            events.append(("end", s.setting, (s.variant, s.seed)))
+        return 0.0
+
+    monkeypatch.setattr(R, "launch", fake_launch)
+    assert R.execute(specs, "subprocess", jobs=3) == []
+    starts = [e for e in events if e[0] == "start"]
+    assert sorted((st, k) for _, st, k in starts) == sorted((s.setting, (s.variant, s.seed)) for s in specs)
+    for setting in {s.setting for s in specs}:
+        first = next(e for e in events if e[1] == setting and e[0] == "start")
+        first_end = events.index(("end", setting, first[2]))
+        others = [i for i, e in enumerate(events) if e[0] == "start" and e[1] == setting and e[2] != first[2]]
+        assert others and all(i > first_end for i in others)
+
+
+def test_parallel_failures_are_collected(tmp_path, monkeypatch):
+    specs = build_runs("table3", "smoke", [1, 2], tmp_path)
+
+    def boom(s, launcher):
+        if s.variant == "cppo":
+            raise R.RunError(f"{s.run_dir}: training failed")
+        return 0.0
+
+    monkeypatch.setattr(R, "launch", boom)
+    failures = R.execute(specs, "subprocess", jobs=2)
+    assert sorted(f[0].seed for f in failures) == [1, 2] and all(f[0].variant == "cppo" for f in failures)
 
 
 def test_commands_per_launcher(tmp_path, monkeypatch):
