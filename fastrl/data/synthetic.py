@@ -7,6 +7,12 @@ mathruler's boxed-answer grading + 0.5 x format ``<thinking>...</thinking>`` the
 - ``mini-geo`` (vision): a small rendered grid of red and blue squares; the answer needs the
   picture (a count of squares of one colour) plus one arithmetic step given in the text.
 
+A third stands in for RefCOCO (Table 8) and is graded by the continuous ``grounding_iou`` reward
+(template ``fastrl_grounding``):
+
+- ``mini-box`` (vision): a 56x56 picture with one filled rectangle of the asked colour (and maybe a
+  distractor of another colour); the answer is its pixel box ``[ x1 , y1 , x2 , y2 ]``.
+
 Every record carries several worked solutions (``meta["routes"]``) that reach the answer by
 different routes and in different words, and one of them as ``meta["solution"]`` (the SFT
 target). Different routes give responses to the same question different token *sets*, the way
@@ -17,8 +23,9 @@ Everything is deterministic from ``seed``. Train and validation are disjoint: a 
 is a hash of its content, not of the seed, so no seed can leak validation problems into
 training. ``variant=`` selects held-out generators the policy never trains on (the
 "out-of-domain" benchmarks): ``mini-math``: ``long`` (four operands), ``swap`` (``a - b + c``);
-``mini-geo``: ``total`` (count both colours). ``variant="ood"`` is an alias of the task's primary
-held-out variant (``OOD_ALIAS``).
+``mini-geo``: ``total`` (count both colours); ``mini-box``: ``small`` (7-pixel squares, smaller
+than any training rectangle), ``green`` (a colour never asked for in training).
+``variant="ood"`` is an alias of the task's primary held-out variant (``OOD_ALIAS``).
 """
 
 from __future__ import annotations
@@ -32,13 +39,14 @@ from PIL import Image, ImageDraw
 
 from fastrl.data.schema import IMAGE_PLACEHOLDER, Record
 
-TASKS: tuple[str, ...] = ("mini-math", "mini-geo")
+TASKS: tuple[str, ...] = ("mini-math", "mini-geo", "mini-box")
 VARIANTS: dict[str, tuple[str, ...]] = {
     "mini-math": ("default", "long", "swap"),
     "mini-geo": ("default", "total"),
+    "mini-box": ("default", "small", "green"),
 }
 # ``variant="ood"`` names each task's primary held-out generator.
-OOD_ALIAS: dict[str, str] = {"mini-math": "long", "mini-geo": "total"}
+OOD_ALIAS: dict[str, str] = {"mini-math": "long", "mini-geo": "total", "mini-box": "small"}
 SPLITS: tuple[str, ...] = ("train", "val")
 
 # Fraction of each problem space that belongs to the validation split (by content hash).
@@ -66,6 +74,21 @@ GEO_COLOURS: dict[str, tuple[int, int, int]] = {"red": (220, 30, 30), "blue": (3
 GEO_BACKGROUND = (255, 255, 255)
 GEO_MARGIN = 2  # pixels of background around each filled square
 
+# mini-box picture: the same 56x56 size as mini-geo, because the tiny VL's image processor keeps
+# images at TinyModelSpec.image_size (56 by default: 16 patches, 4 image tokens). Rectangle edges
+# lie on a BOX_STEP-pixel lattice, so each coordinate takes one of 9 values (0, 7, ..., 56): a
+# tiny model can learn that in an SFT warm start, and a near miss still earns partial IoU.
+# Boxes are ``[x1, y1, x2, y2]`` with x2, y2 exclusive (width = x2 - x1), all within 0..56.
+BOX_IMAGE_SIZE = GEO_IMAGE_SIZE
+BOX_STEP = 7
+BOX_SIZES: tuple[int, ...] = (14, 21, 28, 35)  # default target widths/heights (2..5 steps)
+BOX_SMALL_SIZES: tuple[int, ...] = (7,)  # held-out "small": one step, never seen in training
+BOX_DISTRACTOR_SIZES: tuple[int, ...] = (7, 14, 21)
+BOX_DISTRACTOR_PROB = 0.5
+BOX_COLOURS: dict[str, tuple[int, int, int]] = {**GEO_COLOURS, "green": (30, 170, 60)}
+BOX_TRAIN_COLOURS: tuple[str, ...] = ("red", "blue")
+BOX_PLACEMENT_TRIES = 50  # distractor placements tried before drawing the target alone
+
 THINK_OPEN = "<thinking>"
 THINK_CLOSE = "</thinking>"
 BOXED_OPEN = "\\boxed{"
@@ -92,6 +115,8 @@ TASK_WORDS: tuple[str, ...] = (
     "goes", "wide", "tall", "width", "height", "green", "object", "rectangle", "coordinates", "give",
 )
 
+Box = tuple[int, int, int, int]
+
 
 @dataclass(frozen=True)
 class _Problem:
@@ -99,7 +124,7 @@ class _Problem:
 
     key: str
     problem: str
-    answer: int
+    answer: int | str  # mini-box: the box string "[ x1 , y1 , x2 , y2 ]"
     routes: tuple[str, ...]
     image: Image.Image | None = None
 
@@ -115,11 +140,11 @@ def split_of(name: str, variant: str, key: str) -> str:
     return "val" if _stable_int("split", name, variant, key) % VAL_BUCKETS == 0 else "train"
 
 
-def _boxed(answer: int) -> str:
+def _boxed(answer: int | str) -> str:
     return f"{BOXED_OPEN} {answer} {BOXED_CLOSE}"
 
 
-def _wrap(thinking: str, answer: int) -> str:
+def _wrap(thinking: str, answer: int | str) -> str:
     """The paper's response format: reasoning inside ``<thinking>``, then the boxed answer."""
     return f"{THINK_OPEN} {thinking} {THINK_CLOSE} {_boxed(answer)}"
 
@@ -343,11 +368,99 @@ def _geo_problem(variant: str, rng: random.Random) -> _Problem:
 
 
 # ---------------------------------------------------------------------------------------------
+# mini-box
+
+
+def format_box(box: Box) -> str:
+    """``(x1, y1, x2, y2)`` -> ``"[ x1 , y1 , x2 , y2 ]"`` (spaced: every piece is one mini token)."""
+    return "[ " + " , ".join(str(v) for v in box) + " ]"
+
+
+def render_boxes(boxes: list[tuple[Box, str]]) -> Image.Image:
+    """Draw filled rectangles ``[(box, colour name), ...]`` in order on a white picture.
+
+    Each box covers pixels x1 <= x < x2, y1 <= y < y2. Returns an RGB image of
+    BOX_IMAGE_SIZE x BOX_IMAGE_SIZE pixels.
+    """
+    img = Image.new("RGB", (BOX_IMAGE_SIZE, BOX_IMAGE_SIZE), GEO_BACKGROUND)
+    draw = ImageDraw.Draw(img)
+    for (x1, y1, x2, y2), colour in boxes:
+        if not (0 <= x1 < x2 <= BOX_IMAGE_SIZE and 0 <= y1 < y2 <= BOX_IMAGE_SIZE):
+            raise ValueError(f"render_boxes: box {(x1, y1, x2, y2)} is empty or outside the picture")
+        draw.rectangle((x1, y1, x2 - 1, y2 - 1), fill=BOX_COLOURS[colour])  # PIL's corners are inclusive
+    return img
+
+
+def _random_box(sizes: tuple[int, ...], rng: random.Random) -> Box:
+    """A rectangle with width and height from ``sizes`` and corners on the BOX_STEP lattice."""
+    w, h = rng.choice(sizes), rng.choice(sizes)
+    x1 = BOX_STEP * rng.randint(0, (BOX_IMAGE_SIZE - w) // BOX_STEP)
+    y1 = BOX_STEP * rng.randint(0, (BOX_IMAGE_SIZE - h) // BOX_STEP)
+    return (x1, y1, x1 + w, y1 + h)
+
+
+def _overlap(a: Box, b: Box) -> bool:
+    return a[0] < b[2] and b[0] < a[2] and a[1] < b[3] and b[1] < a[3]
+
+
+def _box_routes(colour: str, box: Box, other: str | None) -> tuple[str, ...]:
+    """Worked solutions for "where is the ``colour`` rectangle": edges, corners, size arithmetic,
+    spans, a scan of the picture. Each ends with the boxed box; all stay short (<= 40 tokens)."""
+    x1, y1, x2, y2 = box
+    w, h = x2 - x1, y2 - y1
+    answer = format_box(box)
+    seen = f"there is a {colour} rectangle and a {other} rectangle ; we need {colour} :" if other \
+        else f"there is a {colour} rectangle :"
+    thinkings = (
+        f"its left edge is at x {x1} and its right edge at x {x2} ; "
+        f"its top edge is at y {y1} and its bottom edge at y {y2} .",
+        f"the {colour} rectangle has its top left corner at {x1} , {y1} and its bottom right corner at {x2} , {y2} .",
+        f"left {x1} , width {w} , so {x1} + {w} = {x2} ; top {y1} , height {h} , so {y1} + {h} = {y2} .",
+        f"looking at the picture , the {colour} object spans columns {x1} to {x2} and rows {y1} to {y2} .",
+        f"{seen} it starts at {x1} , {y1} and ends at {x2} , {y2} .",
+    )
+    return tuple(_wrap(t, answer) for t in thinkings)
+
+
+_BOX_QUESTIONS = (
+    "where is the {c} rectangle in the picture ?",
+    "find the {c} rectangle .",
+    "give the coordinates of the {c} rectangle .",
+)
+
+
+def _box_problem(variant: str, rng: random.Random) -> _Problem:
+    """One picture, one question about the target colour's rectangle; answer = its box string."""
+    if variant not in VARIANTS["mini-box"]:
+        raise ValueError(f"mini-box: unknown variant {variant!r}; valid: {VARIANTS['mini-box']}")
+    colour = "green" if variant == "green" else rng.choice(BOX_TRAIN_COLOURS)
+    target = _random_box(BOX_SMALL_SIZES if variant == "small" else BOX_SIZES, rng)
+    other: str | None = None
+    distractor: Box | None = None
+    if rng.random() < BOX_DISTRACTOR_PROB:
+        other = rng.choice([c for c in BOX_TRAIN_COLOURS if c != colour])
+        for _ in range(BOX_PLACEMENT_TRIES):
+            cand = _random_box(BOX_DISTRACTOR_SIZES, rng)
+            if not _overlap(cand, target):
+                distractor = cand
+                break
+        if distractor is None:  # no room beside a large target: draw it alone
+            other = None
+    shapes = [(target, colour)] + ([(distractor, other)] if distractor and other else [])
+    question = rng.choice(_BOX_QUESTIONS).format(c=colour)
+    drawn = ",".join(map(str, distractor)) if distractor else "-"
+    key = f"{colour}:{','.join(map(str, target))}|{other or '-'}:{drawn}"
+    return _Problem(key=key, problem=f"{IMAGE_PLACEHOLDER} {question}", answer=format_box(target),
+                    routes=_box_routes(colour, target, other), image=render_boxes(shapes))
+
+
+# ---------------------------------------------------------------------------------------------
 # public entry point
 
 _MAKERS: dict[str, Callable[[str, random.Random], _Problem]] = {
     "mini-math": _math_problem,
     "mini-geo": _geo_problem,
+    "mini-box": _box_problem,
 }
 
 
@@ -356,9 +469,10 @@ def generate_task(name: str, *, split: str, num: int, seed: int, variant: str = 
 
     Deterministic in (name, split, num, seed, variant); a larger ``num`` extends a smaller one's
     list (same seed) rather than reshuffling it. ``Record.answer`` is the integer answer
-    as a string; ``Record.meta`` holds ``solution`` (one worked solution, the SFT target, chosen
-    by the seed), ``routes`` (all worked solutions), ``variant`` and ``split``. mini-geo records
-    have one PIL image and one ``<image>`` placeholder in ``problem``.
+    as a string (mini-box: the box ``"[ x1 , y1 , x2 , y2 ]"`` that ``grounding_iou`` grades);
+    ``Record.meta`` holds ``solution`` (one worked solution, the SFT target, chosen
+    by the seed), ``routes`` (all worked solutions), ``variant`` and ``split``. mini-geo and
+    mini-box records have one PIL image and one ``<image>`` placeholder in ``problem``.
 
     Raises ValueError for an unknown task/split/variant, ``num < 0``, or a ``num`` larger than
     the split can supply without repeating a problem.
