@@ -275,8 +275,9 @@ def markdown(title: str, rows: Sequence[Row], metrics: Sequence[str], *, preambl
               "or not finished). Measured cells are mean ± sample std over seeds.", ""]
     if measured:
         scales = sorted({r.scale for r in measured})
-        seeds = sorted({r.seeds for r in measured})
-        lines.append(f"Measured at scale {', '.join(scales)}; seeds {', '.join(seeds)}. Stand-ins:")
+        # rows carry their seeds as "1 2 3"; list the union, not each row's string
+        seeds = sorted({int(k) for r in measured for k in str(r.seeds).split() if k.lstrip("-").isdigit()})
+        lines.append(f"Measured at scale {', '.join(scales)}; seeds {', '.join(map(str, seeds))}. Stand-ins:")
         for dm in sorted({(r.dataset, r.data_used, r.model, r.model_used) for r in measured}):
             lines.append(f"- {dm[0]} → {dm[1]}; {dm[2]} → {dm[3]}")
     else:

@@ -22,7 +22,7 @@ def test_table1_is_the_full_grid(tmp_path):
     r = next(r for r in runs if r.variant == "fastrl" and r.dataset == "geoqa8k" and r.model == "vl_7b" and r.seed == 2)
     assert r.run_dir == tmp_path / "table1" / "mini" / "geoqa8k-vl_7b" / "fastrl" / "seed2"
     assert "trainer.seed=2" in r.overrides and f"trainer.run_dir={r.run_dir}" in r.overrides
-    assert "data.variant=total" in r.overrides and "model.hidden_size=256" in r.overrides
+    assert "data.variant=total" in r.overrides and "model.hidden_size=192" in r.overrides
 
 
 def test_shared_runs_are_the_same_command(tmp_path):
