@@ -231,6 +231,13 @@ def default_jobs(launcher: str) -> int:
     return max(1, os.cpu_count() or 1) if launcher == "subprocess" else 1
 
 
+def warm_start_key(spec: RunSpec) -> tuple[str, ...]:
+    """What decides a run's SFT warm start (fastrl.models.sft caches by it): the scale, the task
+    and every ``model.*`` override. Runs with equal keys share one cached warm start, e.g. the
+    Geometry3K and GeoQA8K stand-ins of one model size (both SFT on mini-geo's default variant)."""
+    return (spec.scale, *sorted(o for o in spec.overrides if o.startswith(("model.", "data.task="))))
+
+
 def _launch_and_report(s: RunSpec, launcher: str, label: str) -> tuple[RunSpec, str | None]:
     print(f"-- {label} {s.group}/{s.scale}/{s.setting}/{s.variant}/seed{s.seed}", flush=True)
     try:
@@ -246,9 +253,9 @@ def execute(specs: Sequence[RunSpec], launcher: str, *, fail_fast: bool = False,
             jobs: int = 1) -> list[tuple[RunSpec, str]]:
     """Run every unfinished spec, ``jobs`` at a time; returns the failures as (spec, message).
 
-    With ``jobs > 1`` (``subprocess`` launcher only) the first pending run of each setting goes
-    alone before the others of that setting, so the setting's SFT warm start is built once and
-    then read from the cache, not built by every run at the same time.
+    With ``jobs > 1`` (``subprocess`` launcher only) the first pending run of each warm-start key
+    (``warm_start_key``) goes before the others of that key, so each SFT warm start is built once
+    and then read from the cache, not built by every run at the same time.
     """
     todo = [s for s in specs if not is_finished(s.run_dir)
             and not (s.requires_task and not task_available(s.requires_task))]
@@ -272,10 +279,10 @@ def _execute_parallel(todo: list[RunSpec], launcher: str, labels: dict[int, str]
                       jobs: int) -> list[tuple[RunSpec, str]]:
     from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 
-    first_of: dict[str, RunSpec] = {}
+    first_of: dict[tuple[str, ...], RunSpec] = {}
     for s in todo:
-        first_of.setdefault(s.setting, s)
-    waiting = [s for s in todo if first_of[s.setting] is not s]  # run after their setting's first
+        first_of.setdefault(warm_start_key(s), s)
+    waiting = [s for s in todo if first_of[warm_start_key(s)] is not s]  # run after their key's first
     failures: list[tuple[RunSpec, str]] = []
     with ThreadPoolExecutor(max_workers=jobs) as pool:
         running: set[Future[tuple[RunSpec, str | None]]] = {
@@ -290,8 +297,9 @@ def _execute_parallel(todo: list[RunSpec], launcher: str, labels: dict[int, str]
                         for f in running:
                             f.cancel()
                         raise RunError(err)
-                # the setting's warm start now exists (or failed the same way for all): release the rest
-                released = [s for s in waiting if s.setting == spec.setting]
-                waiting = [s for s in waiting if s.setting != spec.setting]
+                # the warm start now exists (or failed the same way for all): release the rest
+                key = warm_start_key(spec)
+                released = [s for s in waiting if warm_start_key(s) == key]
+                waiting = [s for s in waiting if warm_start_key(s) != key]
                 running |= {pool.submit(_launch_and_report, s, launcher, labels[id(s)]) for s in released}
     return failures

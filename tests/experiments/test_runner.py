@@ -60,8 +60,8 @@ def test_failures_are_collected_and_named(tmp_path, monkeypatch):
 
 
 def test_parallel_runs_build_each_settings_warm_start_once(tmp_path, monkeypatch):
-    """jobs > 1: every run launches once, and no run of a setting starts before that setting's
-    first run has finished (it builds the SFT warm start the others read from the cache)."""
+    """jobs > 1: every run launches once, and no run starts before the first run with the same
+    warm-start key has finished (it builds the SFT warm start the others read from the cache)."""
     import threading
 
     specs = build_runs("table1", "smoke", [1, 2], tmp_path)
@@ -79,10 +79,13 @@ def test_parallel_runs_build_each_settings_warm_start_once(tmp_path, monkeypatch
     assert R.execute(specs, "subprocess", jobs=3) == []
     starts = [e for e in events if e[0] == "start"]
     assert sorted((st, k) for _, st, k in starts) == sorted((s.setting, (s.variant, s.seed)) for s in specs)
-    for setting in {s.setting for s in specs}:
-        first = next(e for e in events if e[1] == setting and e[0] == "start")
-        first_end = events.index(("end", setting, first[2]))
-        others = [i for i, e in enumerate(events) if e[0] == "start" and e[1] == setting and e[2] != first[2]]
+    key_of = {(s.setting, (s.variant, s.seed)): R.warm_start_key(s) for s in specs}
+    assert len(set(key_of.values())) == 2  # one warm start per model size: both datasets SFT on one task
+    for key in set(key_of.values()):
+        mine = [i for i, e in enumerate(events) if key_of[(e[1], e[2])] == key]
+        first = events[mine[0]]
+        first_end = events.index(("end", first[1], first[2]))
+        others = [i for i in mine if events[i][0] == "start" and i != mine[0]]
         assert others and all(i > first_end for i in others)
 
 
