@@ -238,14 +238,21 @@ def warm_start_key(spec: RunSpec) -> tuple[str, ...]:
     return (spec.scale, *sorted(o for o in spec.overrides if o.startswith(("model.", "data.task="))))
 
 
+def _say(line: str) -> None:
+    # one write per line: print() writes text and newline separately, which interleaves across threads
+    sys.stdout.write(line + "\n")
+    sys.stdout.flush()
+
+
 def _launch_and_report(s: RunSpec, launcher: str, label: str) -> tuple[RunSpec, str | None]:
-    print(f"-- {label} {s.group}/{s.scale}/{s.setting}/{s.variant}/seed{s.seed}", flush=True)
+    name = f"{s.group}/{s.scale}/{s.setting}/{s.variant}/seed{s.seed}"
+    _say(f"-- {label} {name}")
     try:
         wall = launch(s, launcher)
     except RunError as exc:
-        print(f"   FAILED {label}: {exc}", flush=True)
+        _say(f"   FAILED {label} {name}: {exc}")
         return s, str(exc)
-    print(f"   done {label} in {fmt_duration(wall)}", flush=True)
+    _say(f"   done {label} {name} in {fmt_duration(wall)}")
     return s, None
 
 
