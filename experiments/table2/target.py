@@ -10,7 +10,7 @@ from experiments.spec import RunSpec
 
 TARGET = "table2"
 DESCRIPTION = "ablation: FastRL without MDAP / without ARS (GRPO and FastRL shared with table1)"
-METRICS = ("in_domain_acc", "ood_avg", "avg_acc", "avg_acc_delta_vs_fastrl", "train_time_s", "speedup_vs_grpo",
+METRICS = ("acc_before", "in_domain_acc", "ood_avg", "avg_acc", "avg_acc_delta_vs_fastrl", "train_time_s", "speedup_vs_grpo",
            "kept_fraction", "mean_n")
 
 

@@ -9,7 +9,7 @@ from experiments.spec import RunSpec
 
 TARGET = "table3"
 DESCRIPTION = "text-only MATH: GRPO, CPPO, GRESO, FastRL (in-domain, AIME, time)"
-METRICS = ("in_domain_acc", "aime_avg", "ood/*", "train_time_s", "train_time_h", "speedup_vs_grpo")
+METRICS = ("acc_before", "in_domain_acc", "aime_avg", "ood/*", "train_time_s", "train_time_h", "speedup_vs_grpo")
 
 
 def specs(ctx: Context) -> list[RunSpec]:

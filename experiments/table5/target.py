@@ -9,7 +9,7 @@ from experiments.spec import RunSpec
 
 TARGET = "table5"
 DESCRIPTION = "pruning rules: random (0.25/0.5/0.75), advantage-only, advantage + Jaccard"
-METRICS = ("in_domain_acc", "ood_avg", "avg_acc", "train_time_s", "speedup_vs_grpo", "kept_fraction", "mean_n")
+METRICS = ("acc_before", "in_domain_acc", "ood_avg", "avg_acc", "train_time_s", "speedup_vs_grpo", "kept_fraction", "mean_n")
 
 
 def specs(ctx: Context) -> list[RunSpec]:

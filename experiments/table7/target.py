@@ -9,7 +9,7 @@ from experiments.spec import RunSpec
 
 TARGET = "table7"
 DESCRIPTION = "tau sweep (configs/tables/table7/tau_*.yaml)"
-METRICS = ("in_domain_acc", "ood_avg", "avg_acc", "train_time_s", "speedup_vs_grpo", "kept_fraction", "mean_n")
+METRICS = ("acc_before", "in_domain_acc", "ood_avg", "avg_acc", "train_time_s", "speedup_vs_grpo", "kept_fraction", "mean_n")
 
 
 def specs(ctx: Context) -> list[RunSpec]:

@@ -10,7 +10,7 @@ from experiments.spec import RunSpec
 
 TARGET = "table8"
 DESCRIPTION = "continuous-reward grounding: GRPO vs FastRL (adv_eps 1e-4)"
-METRICS = ("in_domain_acc", "train_time_s", "speedup_vs_grpo", "kept_fraction", "mean_n")
+METRICS = ("acc_before", "in_domain_acc", "train_time_s", "speedup_vs_grpo", "kept_fraction", "mean_n")
 
 
 def specs(ctx: Context) -> list[RunSpec]:
