@@ -28,7 +28,7 @@ from typing import Sequence
 from experiments.collect import GENERATED_DIR
 from experiments.grid import Context
 from experiments.runner import (
-    CALIBRATION_DIR, DEFAULT_LAUNCHER, LAUNCHERS, RunError, default_jobs, execute, launch, print_plan, unique,
+    CALIBRATION_DIR, DEFAULT_LAUNCHER, LAUNCHERS, RunError, default_jobs, execute, fmt_duration, launch, print_plan, unique,
 )
 from experiments.spec import SCALES, SpecError, build_runs, load_table, parse_seeds
 
@@ -73,7 +73,9 @@ def run_target(name: str, ctx: Context, *, dry_run: bool = False, collect_only: 
         return []
     failures: list[str] = []
     if not collect_only:
+        started = time.perf_counter()
         failures += [f"{s.run_dir}: {msg}" for s, msg in execute(runs, ctx.launcher, fail_fast=ctx.fail_fast, jobs=ctx.jobs)]
+        print(f"   training took {fmt_duration(time.perf_counter() - started)} ({ctx.jobs} at a time)", flush=True)
         post = getattr(mod, "post", None)
         if post is not None:
             try:
