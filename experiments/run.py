@@ -26,7 +26,9 @@ from types import ModuleType
 from typing import Sequence
 
 from experiments.collect import GENERATED_DIR
+from experiments.export import export_runs
 from experiments.grid import Context
+from experiments.runner import REPO_ROOT
 from experiments.runner import (
     CALIBRATION_DIR, DEFAULT_LAUNCHER, LAUNCHERS, RunError, default_jobs, execute, fmt_duration, launch, print_plan, unique,
 )
@@ -86,6 +88,9 @@ def run_target(name: str, ctx: Context, *, dry_run: bool = False, collect_only: 
                 failures.append(f"{name} post-processing: {exc!r}")
     for path in mod.collect(ctx):
         print(f"   wrote {path}")
+    exported = export_runs(ALIASES.get(name, name), ctx.scale, runs, ctx.out_dir, REPO_ROOT)
+    if exported is not None:
+        print(f"   wrote {exported} (run metadata)")
     return failures
 
 

@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
+from experiments.export import code_commit
 from experiments.logs import SPEC_FILE, is_finished, read_spec, summarize
 from experiments.spec import RunSpec, train_argv
 
@@ -101,7 +102,8 @@ def launch(spec: RunSpec, launcher: str) -> float:
     if launcher not in LAUNCHERS:
         raise RunError(f"launcher {launcher!r}: choose one of {LAUNCHERS}")
     check_owner(spec)
-    _write_spec(spec, launcher, {"status": "running"})
+    commit = code_commit(REPO_ROOT)  # recorded so a table can name the code each run was trained with
+    _write_spec(spec, launcher, {"code_commit": commit, "status": "running"})
     start = time.perf_counter()
     if launcher == "inprocess":
         _default_accelerator()
@@ -110,7 +112,7 @@ def launch(spec: RunSpec, launcher: str) -> float:
         try:
             _train(spec.config, list(spec.overrides), spec.scale)
         except Exception as exc:  # noqa: BLE001 -- recorded, then re-raised with the run named
-            _write_spec(spec, launcher, {"status": "failed", "error": traceback.format_exc()})
+            _write_spec(spec, launcher, {"code_commit": commit, "status": "failed", "error": traceback.format_exc()})
             raise RunError(f"{spec.run_dir}: training failed: {exc!r}") from exc
     else:
         log = spec.run_dir / "train.log"
@@ -118,13 +120,13 @@ def launch(spec: RunSpec, launcher: str) -> float:
             proc = subprocess.run(train_command(spec, launcher), cwd=REPO_ROOT, stdout=fh, stderr=subprocess.STDOUT)
         if proc.returncode != 0:
             tail = "".join(log.read_text().splitlines(keepends=True)[-20:])
-            _write_spec(spec, launcher, {"status": "failed", "returncode": proc.returncode})
+            _write_spec(spec, launcher, {"code_commit": commit, "status": "failed", "returncode": proc.returncode})
             raise RunError(f"{spec.run_dir}: `{shlex.join(train_command(spec, launcher))}` exited "
                            f"{proc.returncode}; last lines of {log}:\n{tail}")
     wall = time.perf_counter() - start
     if not is_finished(spec.run_dir):
         raise RunError(f"{spec.run_dir}: training returned but metrics.jsonl has no final 'val_final' line")
-    _write_spec(spec, launcher, {"status": "finished", "run_wall_s": wall})
+    _write_spec(spec, launcher, {"code_commit": commit, "status": "finished", "run_wall_s": wall})
     return wall
 
 

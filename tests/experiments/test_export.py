@@ -1,0 +1,39 @@
+"""Run metadata export: one line per finished run, with the command, identity, commit and numbers."""
+
+from __future__ import annotations
+
+import json
+
+from experiments import export as E
+from experiments.logs import SPEC_FILE
+from experiments.spec import build_runs
+from tests.experiments.synthetic import write_run
+
+
+def test_export_writes_finished_runs_with_their_command_and_numbers(tmp_path):
+    specs = build_runs("table3", "smoke", [1, 2], tmp_path / "runs")
+    finished, unfinished = specs[:-1], specs[-1]
+    for i, s in enumerate(finished):
+        write_run(s.run_dir, step_times=[1.0 + i, 2.0], acc_before=0.2, acc_after=0.4, n=[8, 6],
+                  kept_fraction=[0.5, 0.75])
+        (s.run_dir / SPEC_FILE).write_text(json.dumps({"identity": s.identity(), "command": f"train {s.variant}",
+                                                       "run_wall_s": 3.5, "code_commit": "abc123"}))
+    write_run(unfinished.run_dir, step_times=[1.0], finished=False)
+
+    path = E.export_runs("table3", "smoke", specs, tmp_path / "out", tmp_path)
+    lines = [json.loads(x) for x in path.read_text().splitlines()]
+
+    assert path.name == "table3-smoke.jsonl" and len(lines) == len(finished)
+    assert {(r["variant"], r["seed"]) for r in lines} == {(s.variant, s.seed) for s in finished}
+    first = next(r for r in lines if (r["variant"], r["seed"]) == (finished[0].variant, finished[0].seed))
+    assert first["command"] == f"train {finished[0].variant}" and first["trained_at_commit"] == "abc123"
+    assert first["identity"] == finished[0].identity()
+    assert first["summary"]["train_time_s"] == 3.0 and first["summary"]["acc_after"] == 0.4
+    assert [s["rollout/n"] for s in first["steps"]] == [8, 6]
+    assert first["collected_at_commit"] == "unknown"  # tmp_path is not a git checkout
+
+
+def test_nothing_finished_writes_nothing(tmp_path):
+    specs = build_runs("table3", "smoke", [1], tmp_path / "runs")
+    assert E.export_runs("table3", "smoke", specs, tmp_path / "out", tmp_path) is None
+    assert not (tmp_path / "out").exists()
