@@ -1,4 +1,4 @@
-"""Run metadata of a target, committed beside its table: ``<out>/runs/<target>-<scale>.jsonl``.
+"""Run metadata of a target, committed beside its table: ``<out>/run_metadata/<target>-<scale>.jsonl``.
 
 ``runs/`` (checkpoints, full logs) is not committed; this file is the part of it a reader needs to
 check a generated table: one line per finished run with the exact command, the run's identity
@@ -62,12 +62,12 @@ def _round(value: Any) -> Any:
 
 
 def export_runs(target: str, scale: str, specs: Sequence[RunSpec], out_dir: Path, repo: Path) -> Path | None:
-    """Write ``out_dir/runs/<target>-<scale>.jsonl`` for the finished runs; None when none finished."""
+    """Write ``out_dir/run_metadata/<target>-<scale>.jsonl`` for the finished runs; None when none finished."""
     done = [s for s in specs if is_finished(s.run_dir)]
     if not done:
         return None
     commit = code_commit(repo)
-    path = out_dir / "runs" / f"{target}-{scale}.jsonl"
+    path = out_dir / "run_metadata" / f"{target}-{scale}.jsonl"  # not "runs/": .gitignore
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "w") as fh:
         for s in sorted(done, key=lambda s: (s.dataset, s.model, s.variant, s.seed)):
