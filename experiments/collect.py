@@ -155,14 +155,17 @@ def run_metrics(s: RunSummary) -> dict[str, float]:
     return m
 
 
-def _measured(target: str, cell: Cell, metric: str, values: dict[int, float], note: str = "") -> Row:
+def _measured(target: str, cell: Cell, metric: str, values: dict[int, float], note: str = "",
+              missing: str = "not finished") -> Row:
+    """A measured row: mean ± std of ``values`` over seeds; seeds of the cell without a value are
+    named in the note with ``missing`` as the reason."""
     seeds = sorted(values)
     mean, std = mean_std([values[k] for k in seeds])
     f = cell.first
     unit = unit_of(metric)
-    missing = sorted(set(s.seed for s in cell.specs) - set(seeds))
-    if missing:
-        note = (note + "; " if note else "") + f"seeds {missing} not finished"
+    absent = sorted(set(s.seed for s in cell.specs) - set(seeds))
+    if absent:
+        note = (note + "; " if note else "") + f"seeds {absent} {missing}"
     return Row(
         target=target, source="measured", method=f.variant, dataset=f.labels["dataset_title"],
         model=f.labels["model_title"], metric=metric, value=mean, std=std, unit=unit, n_seeds=len(seeds),

@@ -94,7 +94,8 @@ def collect(ctx: Context) -> list[Path]:
                 to_peak[k] = t_base / t_self
         if to_peak:
             measured.append(C._measured(TARGET, cell, "speedup_to_grpo_peak", to_peak,
-                                        note=f"seeds where it reached {base_name}'s peak accuracy: {sorted(to_peak)}"))
+                                        note=f"seeds where it reached {base_name}'s peak accuracy: {sorted(to_peak)}",
+                                        missing="did not reach it (or did not finish)"))
     rows = C.paper_rows(TARGET, table["paper_table"]) + measured
     md = C.markdown(table["title"], rows, METRICS)
     return list(C.write_outputs(TARGET, rows, md, ctx.out_dir))
