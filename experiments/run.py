@@ -28,9 +28,9 @@ from typing import Sequence
 from experiments.collect import GENERATED_DIR
 from experiments.export import export_runs
 from experiments.grid import Context
-from experiments.runner import REPO_ROOT
 from experiments.runner import (
-    CALIBRATION_DIR, DEFAULT_LAUNCHER, LAUNCHERS, RunError, default_jobs, execute, fmt_duration, launch, print_plan, unique,
+    CALIBRATION_DIR, DEFAULT_LAUNCHER, LAUNCHERS, REPO_ROOT, RunError, default_jobs, execute, fmt_duration, launch,
+    print_plan, unique,
 )
 from experiments.spec import SCALES, SpecError, build_runs, load_table, parse_seeds
 

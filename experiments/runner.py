@@ -103,7 +103,11 @@ def launch(spec: RunSpec, launcher: str) -> float:
         raise RunError(f"launcher {launcher!r}: choose one of {LAUNCHERS}")
     check_owner(spec)
     commit = code_commit(REPO_ROOT)  # recorded so a table can name the code each run was trained with
-    _write_spec(spec, launcher, {"code_commit": commit, "status": "running"})
+
+    def record(**fields: Any) -> None:
+        _write_spec(spec, launcher, {"code_commit": commit, **fields})
+
+    record(status="running")
     start = time.perf_counter()
     if launcher == "inprocess":
         _default_accelerator()
@@ -112,7 +116,7 @@ def launch(spec: RunSpec, launcher: str) -> float:
         try:
             _train(spec.config, list(spec.overrides), spec.scale)
         except Exception as exc:  # noqa: BLE001 -- recorded, then re-raised with the run named
-            _write_spec(spec, launcher, {"code_commit": commit, "status": "failed", "error": traceback.format_exc()})
+            record(status="failed", error=traceback.format_exc())
             raise RunError(f"{spec.run_dir}: training failed: {exc!r}") from exc
     else:
         log = spec.run_dir / "train.log"
@@ -120,13 +124,13 @@ def launch(spec: RunSpec, launcher: str) -> float:
             proc = subprocess.run(train_command(spec, launcher), cwd=REPO_ROOT, stdout=fh, stderr=subprocess.STDOUT)
         if proc.returncode != 0:
             tail = "".join(log.read_text().splitlines(keepends=True)[-20:])
-            _write_spec(spec, launcher, {"code_commit": commit, "status": "failed", "returncode": proc.returncode})
+            record(status="failed", returncode=proc.returncode)
             raise RunError(f"{spec.run_dir}: `{shlex.join(train_command(spec, launcher))}` exited "
                            f"{proc.returncode}; last lines of {log}:\n{tail}")
     wall = time.perf_counter() - start
     if not is_finished(spec.run_dir):
         raise RunError(f"{spec.run_dir}: training returned but metrics.jsonl has no final 'val_final' line")
-    _write_spec(spec, launcher, {"code_commit": commit, "status": "finished", "run_wall_s": wall})
+    record(status="finished", run_wall_s=wall)
     return wall
 
 
@@ -272,13 +276,10 @@ def execute(specs: Sequence[RunSpec], launcher: str, *, fail_fast: bool = False,
     if jobs <= 1 or launcher != "subprocess" or len(todo) <= 1:
         failures: list[tuple[RunSpec, str]] = []
         for s in todo:
-            if fail_fast:
-                print(f"-- {labels[id(s)]} {s.group}/{s.scale}/{s.setting}/{s.variant}/seed{s.seed}", flush=True)
-                wall = launch(s, launcher)
-                print(f"   done in {fmt_duration(wall)}", flush=True)
-                continue
             _, err = _launch_and_report(s, launcher, labels[id(s)])
             if err is not None:
+                if fail_fast:
+                    raise RunError(err)
                 failures.append((s, err))
         return failures
     return _execute_parallel(todo, launcher, labels, fail_fast=fail_fast, jobs=jobs)
