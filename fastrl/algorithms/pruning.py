@@ -1,187 +1,263 @@
-"""Trajectory pruners: MDAP, CPPO, random and advantage-only, plus data-parallel alignment.
+"""Trajectory pruners: MDAP (released rule and greedy variant), CPPO, random, advantage-only.
 
 Every pruner maps a flat batch (advantages [N], uids, optionally token ids) to the *sorted*
-indices of the responses to keep, and all of them finish with the same
-:func:`align_to_multiple`, so the kept count is a multiple of the data-parallel unit d
-(world size x micro-batch).
+indices of the responses to keep. Groups are ragged (keyed by uid, never ``view(-1, n)``).
 
-MDAP (DESIGN §4), per question:
+MDAP, released rule (``rule="release"``, the authors' released code; docs/algorithms.md):
 
-1. Advantage groups: equal A (``adv_eps=None``), or sort A and start a new group wherever the
-   gap to the previous value is >= ``adv_eps`` (continuous rewards).
-2. Visit groups by |A| descending, ties positive A first; inside a group visit responses by |A|
-   descending, then by position.
-3. Greedy: the first response of a group is kept; a later one is pruned iff some already-kept
-   response r of the same group has Jaccard distance d(t, r) < tau.
-4. Hence every advantage group keeps at least one response.
-5. Alignment (shared): see :func:`align_to_multiple`.
+1. Questions (uids) are processed in ascending uid order (:func:`question_order_key`), so the
+   result does not depend on how ranks interleave questions in the batch.
+2. Inside a question, responses are bucketed by their advantage rounded to 4 decimals
+   (half-to-even on A * 10^4), for discrete and continuous rewards alike.
+3. Each bucket's **seed** is its largest-|A| response (ties: the first in the question's
+   response order); the seed is always kept.
+4. Every other member is compared with the seed only: token Jaccard similarity
+   J = |T ∩ T_seed| / |T ∪ T_seed| on distinct response token ids (empty union: J = 1); it is
+   kept iff J < 1 - tau, compared exactly (integers against the decimal tau, no float rounding).
+5. Alignment (:func:`refill_to_multiple`): pruned responses are added back, |A| descending,
+   round-robin over questions in step-1 order, until the kept count is a multiple of
+   ``align_to`` (the optimizer mini-batch) or nothing is left. A kept response is never dropped.
 
-"Position" is the response's rank among its question's responses in batch order, and ties
-between questions are broken by the uid (never by batch position), so the kept set of
-(uid, response) is the same for any batch order that keeps each question's responses in the
-same relative order — e.g. questions interleaved, or the batch gathered from several ranks.
-That is what makes a 2-rank run prune exactly like a 1-rank run.
+MDAP, greedy variant (``rule="greedy"``, this repository's earlier reading): same buckets;
+members visited by |A| descending then response order; a member is pruned iff its Jaccard
+distance to *any* already-kept member of its bucket is < tau (exactly: J > 1 - tau); step 5 as above.
+
+"Response order" is a response's rank among its question's responses in batch order, so any batch
+order that keeps each question's responses in the same relative order (questions interleaved,
+or gathered from several ranks) gives the same kept set of (uid, rank): 2 ranks = 1 rank.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from fractions import Fraction
 from typing import Hashable, Sequence
 
 import torch
 from torch import Tensor
 
-from fastrl.algorithms._common import as_1d_float, check_fraction, check_positive_int, group_index, uid_sort_key
-from fastrl.algorithms.similarity import TokenIds, as_packed, grouped_jaccard_distances
+from fastrl.algorithms._common import as_1d_float, check_fraction, check_positive_int, group_index
+from fastrl.algorithms.similarity import TokenIds, as_packed, grouped_intersections
+
+MDAP_RULES = ("release", "greedy")
+SIMILARITY_BINS = 10  # histogram of seed-member similarities: [0, 0.1), ..., [0.9, 1.0]
+
+
+def question_order_key(uid: Hashable) -> tuple:
+    """A total order on uids that does not depend on batch position: integers numerically
+    (as the release sorts its int64 question ids), then strings, then anything else by repr."""
+    if isinstance(uid, int) and not isinstance(uid, bool):
+        return (0, uid, "")
+    if isinstance(uid, str):
+        return (1, 0, uid)
+    return (2, 0, f"{type(uid).__name__}:{uid!r}")
+
+
+def bucket_key(advantage: float) -> int:
+    """The advantage rounded to 4 decimals, as an integer (A * 10^4, half-to-even)."""
+    return round(advantage * 10_000)
+
+
+@dataclass(frozen=True)
+class PruneResult:
+    """What a pruner kept and why (the per-step MDAP log of docs/algorithms.md).
+
+    Attributes:
+        kept: [K] LongTensor of kept batch indices, ascending.
+        final_counts: {uid: kept responses after the refill}, every uid of the batch.
+        kept_before_refill: K before the alignment refill.
+        num_buckets: advantage buckets (0 for pruners that do not bucket).
+        seed_similarities: Jaccard similarity of every non-seed bucket member with its seed.
+    """
+
+    kept: Tensor
+    final_counts: dict[Hashable, int]
+    kept_before_refill: int
+    num_buckets: int = 0
+    seed_similarities: tuple[float, ...] = field(default_factory=tuple)
+
+    def metrics(self, num_responses: int) -> dict[str, float]:
+        """Scalars for metrics.jsonl: kept counts, per-question counts, a similarity histogram."""
+        counts = list(self.final_counts.values())
+        out = {
+            "prune/kept_before_refill": float(self.kept_before_refill),
+            "prune/refilled": float(len(self.kept) - self.kept_before_refill),
+            "prune/count_mean": sum(counts) / max(len(counts), 1),
+            "prune/count_max": float(max(counts, default=0)),
+            "prune/num_buckets": float(self.num_buckets),
+            "prune/pairs_compared": float(len(self.seed_similarities)),
+        }
+        if self.seed_similarities:
+            sims = self.seed_similarities
+            out["prune/sim_mean"] = sum(sims) / len(sims)
+            hist = [0] * SIMILARITY_BINS
+            for s in sims:
+                hist[min(int(s * SIMILARITY_BINS), SIMILARITY_BINS - 1)] += 1
+            out.update({f"prune/sim_hist_{b:02d}": float(c) for b, c in enumerate(hist)})
+        return out
 
 
 @dataclass
-class _Batch:
-    """Python-side view of a batch for the (tiny, sequential) greedy and alignment steps."""
+class _Questions:
+    """Python-side view of a batch: per-question members in response order, questions in uid order."""
 
-    adv: list[float]  # [N] advantages
-    qid: list[int]  # [N] question (uid group) index, by first appearance
-    rank: list[int]  # [N] rank of the response among its question's responses, batch order
+    adv: list[float]  # [N]
+    uids: list[Hashable]  # [Q] in first-appearance order
     members: list[list[int]]  # [Q] global indices of each question's responses, ascending
-    uids: list[Hashable]  # [Q]
-    adv_group: list[int]  # [N] global advantage-group id
-    groups: list[list[int]]  # [num adv groups] members in visiting order
-    group_qid: list[int]  # [num adv groups] the question of each advantage group
+    order: list[int]  # question indices in ascending question_order_key (MDAP step 1)
 
-    def visit_key(self, i: int) -> tuple[float, int]:
-        """MDAP's order inside an advantage group: |A| descending, then position in the question."""
-        return (-abs(self.adv[i]), self.rank[i])
+    @staticmethod
+    def build(advantages: Tensor | Sequence[float], uids: Sequence[Hashable], where: str) -> "_Questions":
+        adv_t = as_1d_float(advantages, "advantages", where)
+        gid, unique = group_index(uids, adv_t.numel(), where)
+        members: list[list[int]] = [[] for _ in unique]
+        for i, q in enumerate(gid.tolist()):
+            members[q].append(i)
+        order = sorted(range(len(unique)), key=lambda q: question_order_key(unique[q]))
+        return _Questions(adv_t.double().tolist(), unique, members, order)
 
-    def priority_key(self, i: int) -> tuple[float, int, int]:
-        """Order across groups (alignment, CPPO): |A| descending, positive A first, then position."""
-        a = self.adv[i]
-        return (-abs(a), 0 if a > 0 else 1, self.rank[i])
+    def buckets(self, q: int) -> list[list[int]]:
+        """MDAP step 2: question q's responses by rounded advantage (each bucket in response order)."""
+        by_key: dict[int, list[int]] = {}
+        for i in self.members[q]:
+            by_key.setdefault(bucket_key(self.adv[i]), []).append(i)
+        return list(by_key.values())
 
+    def seed(self, bucket: list[int]) -> int:
+        """MDAP step 3: largest |A|; ``max`` returns the first of equal maxima (response order)."""
+        return max(bucket, key=lambda i: abs(self.adv[i]))
 
-def _build_batch(advantages: Tensor | Sequence[float], uids: Sequence[Hashable], adv_eps: float | None,
-                 where: str) -> _Batch:
-    adv_t = as_1d_float(advantages, "advantages", where)
-    gid_t, unique = group_index(uids, adv_t.numel(), where)
-    if adv_eps is not None and (isinstance(adv_eps, bool) or not isinstance(adv_eps, (int, float))
-                                or not math.isfinite(adv_eps) or adv_eps <= 0):
-        raise ValueError(f"{where}: adv_eps = {adv_eps!r} must be None or a finite number > 0")
-    adv = adv_t.tolist()
-    qid = gid_t.tolist()
-    members: list[list[int]] = [[] for _ in unique]
-    rank = [0] * len(adv)
-    for i, q in enumerate(qid):
-        rank[i] = len(members[q])
-        members[q].append(i)
-    batch = _Batch(adv, qid, rank, members, unique, [0] * len(adv), [], [])
-    for q, mem in enumerate(members):
-        for grp in _advantage_groups(mem, adv, adv_eps):
-            grp.sort(key=batch.visit_key)
-            for i in grp:
-                batch.adv_group[i] = len(batch.groups)
-            batch.groups.append(grp)
-            batch.group_qid.append(q)
-    return batch
+    def final_counts(self, keep: list[bool]) -> dict[Hashable, int]:
+        return {self.uids[q]: sum(keep[i] for i in mem) for q, mem in enumerate(self.members)}
 
 
-def _advantage_groups(mem: list[int], adv: list[float], adv_eps: float | None) -> list[list[int]]:
-    """Partition one question's responses into advantage groups (DESIGN §4 MDAP step 1)."""
-    if adv_eps is None:
-        by_value: dict[float, list[int]] = {}
-        for i in mem:
-            by_value.setdefault(adv[i], []).append(i)
-        return list(by_value.values())
-    ordered = sorted(mem, key=lambda i: adv[i])
-    groups = [[ordered[0]]]
-    for prev, cur in zip(ordered, ordered[1:]):
-        if adv[cur] - adv[prev] >= adv_eps:
-            groups.append([cur])
-        else:
-            groups[-1].append(cur)
-    return groups
+def _check_align(align_to: int, where: str) -> None:
+    check_positive_int(align_to, "align_to", where)
 
 
-def _check_dp(dp_multiple: int, n: int, where: str) -> None:
-    check_positive_int(dp_multiple, "dp_multiple", where)
-    if n < dp_multiple:
-        raise ValueError(f"{where}: the batch has {n} responses, fewer than dp_multiple = {dp_multiple} "
-                         f"(world size x micro-batch): no non-empty kept set can be split evenly; "
-                         f"use more prompts or rollouts per step, or a smaller micro-batch")
+def refill_to_multiple(keep: list[bool], questions: _Questions, align_to: int) -> list[bool]:
+    """MDAP step 5: add pruned responses back until the kept count is a multiple of ``align_to``.
+
+    need = (d - K mod d) mod d. Each question's pruned responses are sorted by |A| descending
+    (stable: response order breaks ties); questions are visited round-robin in ascending uid order,
+    one response per visit, until need = 0 or no pruned response is left. Kept responses are never
+    dropped, so when the batch is too small the result keeps what there is (not a multiple of d).
+
+    Args:
+        keep: [N] booleans (a modified copy is returned).
+        questions: the batch view.
+        align_to: d >= 1.
+    """
+    keep = list(keep)
+    need = (align_to - sum(keep) % align_to) % align_to
+    if need == 0:
+        return keep
+    queues = [sorted((i for i in questions.members[q] if not keep[i]), key=lambda i: -abs(questions.adv[i]))
+              for q in questions.order]
+    pos = [0] * len(queues)
+    while need > 0 and any(p < len(qu) for p, qu in zip(pos, queues)):
+        for j, qu in enumerate(queues):
+            if need == 0:
+                break
+            if pos[j] < len(qu):
+                keep[qu[pos[j]]] = True
+                pos[j] += 1
+                need -= 1
+    return keep
 
 
 def _to_indices(keep: list[bool]) -> Tensor:
     return torch.tensor([i for i, k in enumerate(keep) if k], dtype=torch.long)
 
 
-def align_to_multiple(keep: list[bool], batch: _Batch, dp_multiple: int, where: str) -> list[bool]:
-    """Data-parallel alignment (DESIGN §4 MDAP step 5), shared by every pruner.
+def _result(keep_before: list[bool], questions: _Questions, align_to: int, num_buckets: int = 0,
+            sims: Sequence[float] = ()) -> PruneResult:
+    keep = refill_to_multiple(keep_before, questions, align_to)
+    return PruneResult(_to_indices(keep), questions.final_counts(keep), sum(keep_before), num_buckets, tuple(sims))
 
-    If the kept count K is not a multiple of d = ``dp_multiple``: add pruned responses back,
-    round-robin over questions — each round offers every question's best pruned response
-    (|A| descending, positive first, then position) and takes them in that order (ties between
-    questions by uid) — until K is a multiple of d. If the batch has too few pruned responses
-    for that, drop instead: repeatedly take the advantage group with the most kept responses
-    (ties: lower |A|, then negative before positive, then uid) among questions that still keep
-    more than one response, and drop its kept response visited last (lowest |A|, last
-    position). A question never loses its last kept response; if no alignment is possible
-    without that, ``ValueError``.
+
+def _similarity_bound(tau: float) -> tuple[int, int]:
+    """1 - tau as an exact fraction (num, den) of the decimal tau written in the config."""
+    one_minus = 1 - Fraction(repr(float(tau)))
+    return one_minus.numerator, one_minus.denominator
+
+
+def mdap_prune(
+    advantages: Tensor | Sequence[float],
+    uids: Sequence[Hashable],
+    token_ids: TokenIds,
+    *,
+    tau: float = 0.8,
+    align_to: int = 1,
+    rule: str = "release",
+) -> PruneResult:
+    """MDAP with its per-step log (see the module docstring for the rules).
 
     Args:
-        keep: [N] booleans, modified copy returned.
-        batch: the batch view (advantages, questions, advantage groups).
-        dp_multiple: d >= 1.
+        advantages: [N] per-response scalar advantages (finite).
+        uids: length N, question id per response (hashable; groups need not be contiguous).
+        token_ids: N response token-id sequences (response tokens under the mask, EOS included),
+            or a :class:`~fastrl.algorithms.similarity.PackedTokens`.
+        tau: in [0, 1]; release keeps a member iff J(member, seed) < 1 - tau.
+        align_to: d, the kept count is refilled up to a multiple of d (1: no alignment).
+        rule: ``release`` (default) or ``greedy``.
 
     Returns:
-        [N] booleans whose count is a multiple of d.
+        :class:`PruneResult`; ``kept`` is a LongTensor [K], ascending.
     """
-    keep = list(keep)
-    n = len(keep)
-    _check_dp(dp_multiple, n, where)
-    k = sum(keep)
-    if k % dp_multiple == 0 and k > 0:
-        return keep
-    target_up = -(-max(k, 1) // dp_multiple) * dp_multiple
-    if target_up <= n:
-        pruned = [sorted((i for i in mem if not keep[i]), key=batch.priority_key) for mem in batch.members]
-        pos = [0] * len(pruned)
-        while k < target_up:
-            offers = [(batch.priority_key(pruned[q][pos[q]])[:2], uid_sort_key(batch.uids[q]), q)
-                      for q in range(len(pruned)) if pos[q] < len(pruned[q])]
-            offers.sort()
-            for _, _, q in offers:
-                if k == target_up:
-                    break
-                keep[pruned[q][pos[q]]] = True
-                pos[q] += 1
-                k += 1
-        return keep
-    target_down = (k // dp_multiple) * dp_multiple
-    kept_per_q = [0] * len(batch.members)
-    for i, kk in enumerate(keep):
-        kept_per_q[batch.qid[i]] += kk
-    kept_in_group = [[i for i in grp if keep[i]] for grp in batch.groups]
-    while k > target_down:
-        best: tuple | None = None
-        for g, kept in enumerate(kept_in_group):
-            q = batch.group_qid[g]
-            if not kept or kept_per_q[q] <= 1:
-                continue
-            a = batch.adv[kept[0]]
-            cand = (-len(kept), abs(a), 1 if a > 0 else 0, uid_sort_key(batch.uids[q]), g)
-            if best is None or cand < best:
-                best = cand
-        if best is None:
-            raise ValueError(
-                f"{where}: cannot align {k} kept responses to a multiple of dp_multiple = "
-                f"{dp_multiple}: adding back needs {target_up} > {n} responses and dropping to "
-                f"{target_down} would leave a question with no response ({len(batch.members)} "
-                f"questions); use a dp_multiple that divides the batch or more rollouts per prompt")
-        g = best[-1]
-        drop = kept_in_group[g].pop()  # kept lists are in visiting order: last = lowest |A|
-        keep[drop] = False
-        kept_per_q[batch.qid[drop]] -= 1
-        k -= 1
-    return keep
+    where = "mdap_prune"
+    check_fraction(tau, "tau", where)
+    _check_align(align_to, where)
+    if rule not in MDAP_RULES:
+        raise ValueError(f"{where}: rule = {rule!r} is not one of {', '.join(MDAP_RULES)}")
+    qs = _Questions.build(advantages, uids, where)
+    n = len(qs.adv)
+    packed = as_packed(token_ids, n, where)
+    gid = torch.empty(n, dtype=torch.long)
+    slot = [0] * n
+    for q, mem in enumerate(qs.members):
+        for s, i in enumerate(mem):
+            gid[i], slot[i] = q, s
+    inter, sizes = grouped_intersections(packed, gid, len(qs.members))
+    num, den = _similarity_bound(tau)
+
+    def counts(i: int, j: int) -> tuple[int, int]:  # (|Ti ∩ Tj|, |Ti ∪ Tj|), i and j in one question
+        q, a, b = int(gid[i]), slot[i], slot[j]
+        x = int(inter[q, a, b])
+        return x, int(sizes[q, a]) + int(sizes[q, b]) - x
+
+    keep = [False] * n
+    sims: list[float] = []
+    num_buckets = 0
+    for q in qs.order:
+        for bucket in qs.buckets(q):
+            num_buckets += 1
+            seed = qs.seed(bucket)
+            keep[seed] = True
+            others = [i for i in bucket if i != seed]
+            for i in others:
+                x, u = counts(i, seed)
+                sims.append(x / u if u else 1.0)
+            if rule == "release":
+                for i in others:
+                    x, u = counts(i, seed)
+                    # J < 1 - tau  <=>  x * den < num * u; an empty union is J = 1 (never below).
+                    keep[i] = u > 0 and x * den < num * u
+            else:
+                kept_here = [seed]
+                for i in sorted(others, key=lambda i: (-abs(qs.adv[i]), slot[i])):
+                    # pruned iff some kept r has distance 1 - J < tau  <=>  J > 1 - tau
+                    close = False
+                    for r in kept_here:
+                        x, u = counts(i, r)
+                        if (x * den > num * u) if u else (1 > Fraction(num, den)):
+                            close = True
+                            break
+                    if not close:
+                        kept_here.append(i)
+                        keep[i] = True
+    return _result(keep, qs, align_to, num_buckets, sims)
 
 
 def mdap_select(
@@ -190,70 +266,31 @@ def mdap_select(
     token_ids: TokenIds,
     *,
     tau: float = 0.8,
-    dp_multiple: int = 1,
-    adv_eps: float | None = None,
+    align_to: int = 1,
+    rule: str = "release",
 ) -> Tensor:
-    """Maximizing Differential Advantage Pruning (DESIGN §4 MDAP, steps 1–5).
+    """MDAP's kept indices: [N] advantages, N uids, N token sequences -> sorted LongTensor [K].
 
-    Args:
-        advantages: [N] per-response advantages (finite).
-        uids: length N, question id per response (hashable; groups need not be contiguous).
-        token_ids: N response token-id sequences (response tokens only), or a
-            :class:`~fastrl.algorithms.similarity.PackedTokens` (the fast path for tensors).
-        tau: Jaccard-distance threshold in [0, 1]; a response closer than tau to a kept one of
-            its advantage group is pruned. 0 keeps everything; 1 keeps only responses sharing
-            no token with a kept one.
-        dp_multiple: the kept count is aligned to a multiple of this (>= 1).
-        adv_eps: None groups equal advantages; a float > 0 groups sorted advantages with gaps
-            < adv_eps (continuous rewards).
-
-    Returns:
-        LongTensor [K] of kept indices, ascending, K a multiple of ``dp_multiple``.
+    K is a multiple of ``align_to`` whenever the batch holds enough pruned responses to refill;
+    see :func:`mdap_prune` for the arguments and the per-step statistics.
     """
-    where = "mdap_select"
-    check_fraction(tau, "tau", where)
-    batch = _build_batch(advantages, uids, adv_eps, where)
-    n = len(batch.adv)
-    _check_dp(dp_multiple, n, where)
-    packed = as_packed(token_ids, n, where)
-    keep = [False] * n
-    if tau == 0.0:  # d < 0 never holds: everything is kept, no need for distances
-        keep = [True] * n
-    else:
-        dists = grouped_jaccard_distances(packed, torch.tensor(batch.qid, dtype=torch.long),
-                                          len(batch.members), dtype=torch.float64)
-        dist_rows = [d.tolist() for d in dists]
-        for grp in batch.groups:
-            d = dist_rows[batch.qid[grp[0]]]
-            kept_ranks: list[int] = []
-            for i in grp:
-                ri = batch.rank[i]
-                row = d[ri]
-                if not any(row[r] < tau for r in kept_ranks):
-                    kept_ranks.append(ri)
-                    keep[i] = True
-    return _to_indices(align_to_multiple(keep, batch, dp_multiple, where))
+    return mdap_prune(advantages, uids, token_ids, tau=tau, align_to=align_to, rule=rule).kept
 
 
-def advantage_only_select(
-    advantages: Tensor | Sequence[float],
-    uids: Sequence[Hashable],
-    *,
-    dp_multiple: int = 1,
-    adv_eps: float | None = None,
-) -> Tensor:
-    """Keep one response per advantage group (the first in MDAP's visiting order), ignoring tokens.
-
-    This is MDAP with tau = 1 when all token sets of a group overlap (Table 5's "advantage
-    only" ablation). [N] advantages, N uids -> sorted LongTensor of kept indices.
-    """
-    where = "advantage_only_select"
-    batch = _build_batch(advantages, uids, adv_eps, where)
-    _check_dp(dp_multiple, len(batch.adv), where)
-    keep = [False] * len(batch.adv)
-    for grp in batch.groups:
-        keep[grp[0]] = True
-    return _to_indices(align_to_multiple(keep, batch, dp_multiple, where))
+def advantage_only_prune(
+    advantages: Tensor | Sequence[float], uids: Sequence[Hashable], *, align_to: int = 1
+) -> PruneResult:
+    """Table 5's "advantage only": the seed of every advantage bucket (MDAP at tau = 1), then the refill."""
+    where = "advantage_only_prune"
+    _check_align(align_to, where)
+    qs = _Questions.build(advantages, uids, where)
+    keep = [False] * len(qs.adv)
+    num_buckets = 0
+    for q in qs.order:
+        for bucket in qs.buckets(q):
+            keep[qs.seed(bucket)] = True
+            num_buckets += 1
+    return _result(keep, qs, align_to, num_buckets)
 
 
 def _keep_count(n: int, prune_rate: float) -> int:
@@ -261,66 +298,64 @@ def _keep_count(n: int, prune_rate: float) -> int:
     return max(1, math.floor(n * (1.0 - prune_rate) + 1e-9))
 
 
-def cppo_select(
-    advantages: Tensor | Sequence[float],
-    uids: Sequence[Hashable],
-    *,
-    prune_rate: float = 0.5,
-    dp_multiple: int = 1,
-) -> Tensor:
+def cppo_prune(
+    advantages: Tensor | Sequence[float], uids: Sequence[Hashable], *, prune_rate: float = 0.5, dp_multiple: int = 1
+) -> PruneResult:
     """CPPO: per question keep the top k = max(1, floor(n (1 - P))) responses by |A|.
 
-    Ties by |A| go to positive A, then to the earlier response of the question.
-    [N] advantages, N uids -> sorted LongTensor of kept indices (aligned to ``dp_multiple``).
+    Ties by |A| go to positive A, then to the earlier response of the question. The release
+    applies no alignment (B x k is already a multiple of its mini-batch); ``dp_multiple`` > 1
+    refills as MDAP step 5 does.
     """
-    where = "cppo_select"
+    where = "cppo_prune"
     check_fraction(prune_rate, "prune_rate", where)
-    batch = _build_batch(advantages, uids, None, where)
-    _check_dp(dp_multiple, len(batch.adv), where)
-    keep = [False] * len(batch.adv)
-    for mem in batch.members:
-        for i in sorted(mem, key=batch.priority_key)[: _keep_count(len(mem), prune_rate)]:
-            keep[i] = True
-    return _to_indices(align_to_multiple(keep, batch, dp_multiple, where))
+    _check_align(dp_multiple, where)
+    qs = _Questions.build(advantages, uids, where)
+    keep = [False] * len(qs.adv)
+    for mem in qs.members:
+        ranked = sorted(range(len(mem)), key=lambda r: (-abs(qs.adv[mem[r]]), 0 if qs.adv[mem[r]] > 0 else 1, r))
+        for r in ranked[: _keep_count(len(mem), prune_rate)]:
+            keep[mem[r]] = True
+    return _result(keep, qs, dp_multiple)
 
 
-def random_select(
+def cppo_select(
+    advantages: Tensor | Sequence[float], uids: Sequence[Hashable], *, prune_rate: float = 0.5, dp_multiple: int = 1
+) -> Tensor:
+    """CPPO's kept indices ([N] advantages, N uids -> sorted LongTensor); see :func:`cppo_prune`."""
+    return cppo_prune(advantages, uids, prune_rate=prune_rate, dp_multiple=dp_multiple).kept
+
+
+def random_prune(
     advantages: Tensor | Sequence[float],
     uids: Sequence[Hashable],
     *,
     prune_rate: float = 0.5,
-    dp_multiple: int = 1,
+    align_to: int = 1,
     generator: torch.Generator | None = None,
-) -> Tensor:
+) -> PruneResult:
     """Random pruning (Table 5): per question keep max(1, floor(n (1 - P))) responses at random.
 
-    Questions are visited in order of first appearance, each drawing ``torch.randperm(n)`` from
-    ``generator``, so a seeded generator gives a reproducible choice. Advantages are used only
-    by the alignment step. Returns sorted kept indices.
+    Questions are visited in ascending uid order, each drawing ``torch.randperm(n)`` from
+    ``generator``, so a seeded generator gives a reproducible, rank-independent choice.
+    Advantages are used only by the refill.
     """
-    where = "random_select"
+    where = "random_prune"
     check_fraction(prune_rate, "prune_rate", where)
-    batch = _build_batch(advantages, uids, None, where)
-    _check_dp(dp_multiple, len(batch.adv), where)
-    keep = [False] * len(batch.adv)
-    for mem in batch.members:
-        perm = torch.randperm(len(mem), generator=generator).tolist()
-        for j in perm[: _keep_count(len(mem), prune_rate)]:
+    _check_align(align_to, where)
+    qs = _Questions.build(advantages, uids, where)
+    keep = [False] * len(qs.adv)
+    for q in qs.order:
+        mem = qs.members[q]
+        for j in torch.randperm(len(mem), generator=generator).tolist()[: _keep_count(len(mem), prune_rate)]:
             keep[mem[j]] = True
-    return _to_indices(align_to_multiple(keep, batch, dp_multiple, where))
+    return _result(keep, qs, align_to)
 
 
-def keep_all_select(
-    advantages: Tensor | Sequence[float],
-    uids: Sequence[Hashable],
-    *,
-    dp_multiple: int = 1,
-) -> Tensor:
-    """No pruning: every response, then the shared alignment (which may have to drop a few)."""
-    where = "keep_all_select"
-    batch = _build_batch(advantages, uids, None, where)
-    _check_dp(dp_multiple, len(batch.adv), where)
-    return _to_indices(align_to_multiple([True] * len(batch.adv), batch, dp_multiple, where))
+def keep_all_prune(advantages: Tensor | Sequence[float], uids: Sequence[Hashable]) -> PruneResult:
+    """No pruning: every response."""
+    qs = _Questions.build(advantages, uids, "keep_all_prune")
+    return _result([True] * len(qs.adv), qs, 1)
 
 
 def kept_counts(uids: Sequence[Hashable], kept: Tensor | Sequence[int]) -> dict[Hashable, int]:

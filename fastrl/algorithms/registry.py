@@ -14,8 +14,9 @@ ADVANTAGE_ESTIMATORS   grpo, drgrpo -> ``(rewards, uids) -> advantages``
 
 Every pruner is built with its hyper-parameters and then called with ONE signature::
 
-    pruner = build_pruner("mdap", tau=0.8, adv_eps=None)
-    kept = pruner(advantages, uids, token_ids, dp_multiple=d, generator=g)  # sorted LongTensor
+    pruner = build_pruner("mdap", tau=0.8, rule="release")
+    result = pruner(advantages, uids, token_ids, align_to=d, generator=g)  # PruneResult
+    result.kept                                                          # sorted LongTensor
 
 New components are added with ``@register(PRUNERS, "name")``.
 """
@@ -81,7 +82,7 @@ class Pruner(Protocol):
     """What the trainer calls after advantages are known."""
 
     def __call__(self, advantages: Tensor, uids: Sequence[Hashable], token_ids: TokenIds, *,
-                 dp_multiple: int, generator: torch.Generator | None) -> Tensor: ...
+                 align_to: int, generator: torch.Generator | None) -> _pruning.PruneResult: ...
 
 
 def build_pruner(name: str, **hparams: Any) -> Pruner:
@@ -96,11 +97,11 @@ def build_pruner(name: str, **hparams: Any) -> Pruner:
 
 @register(PRUNERS, "none")
 class KeepAllPruner:
-    """Keeps every response (then aligns to dp_multiple, which may drop a few)."""
+    """Keeps every response."""
 
     def __call__(self, advantages: Tensor, uids: Sequence[Hashable], token_ids: TokenIds, *,
-                 dp_multiple: int, generator: torch.Generator | None = None) -> Tensor:
-        return _pruning.keep_all_select(advantages, uids, dp_multiple=dp_multiple)
+                 align_to: int = 1, generator: torch.Generator | None = None) -> _pruning.PruneResult:
+        return _pruning.keep_all_prune(advantages, uids)
 
     def __repr__(self) -> str:
         return "KeepAllPruner()"
@@ -108,32 +109,33 @@ class KeepAllPruner:
 
 @register(PRUNERS, "mdap")
 class MDAPPruner:
-    """MDAP (:func:`fastrl.algorithms.pruning.mdap_select`)."""
+    """MDAP (:func:`fastrl.algorithms.pruning.mdap_prune`), released rule or greedy variant."""
 
-    def __init__(self, tau: float = 0.8, adv_eps: float | None = None) -> None:
+    def __init__(self, tau: float = 0.8, rule: str = "release") -> None:
         check_fraction(tau, "tau", "MDAPPruner")
-        self.tau, self.adv_eps = tau, adv_eps
+        if rule not in _pruning.MDAP_RULES:
+            raise ValueError(f"MDAPPruner: rule = {rule!r} is not one of {', '.join(_pruning.MDAP_RULES)}")
+        self.tau, self.rule = tau, rule
 
     def __call__(self, advantages: Tensor, uids: Sequence[Hashable], token_ids: TokenIds, *,
-                 dp_multiple: int, generator: torch.Generator | None = None) -> Tensor:
-        return _pruning.mdap_select(advantages, uids, token_ids, tau=self.tau,
-                                    dp_multiple=dp_multiple, adv_eps=self.adv_eps)
+                 align_to: int = 1, generator: torch.Generator | None = None) -> _pruning.PruneResult:
+        return _pruning.mdap_prune(advantages, uids, token_ids, tau=self.tau, align_to=align_to, rule=self.rule)
 
     def __repr__(self) -> str:
-        return f"MDAPPruner(tau={self.tau}, adv_eps={self.adv_eps})"
+        return f"MDAPPruner(tau={self.tau}, rule={self.rule!r})"
 
 
 @register(PRUNERS, "cppo")
 class CPPOPruner:
-    """CPPO top-k by |A| (:func:`fastrl.algorithms.pruning.cppo_select`)."""
+    """CPPO top-k by |A| (:func:`fastrl.algorithms.pruning.cppo_prune`)."""
 
     def __init__(self, prune_rate: float = 0.5) -> None:
         check_fraction(prune_rate, "prune_rate", "CPPOPruner")
         self.prune_rate = prune_rate
 
     def __call__(self, advantages: Tensor, uids: Sequence[Hashable], token_ids: TokenIds, *,
-                 dp_multiple: int, generator: torch.Generator | None = None) -> Tensor:
-        return _pruning.cppo_select(advantages, uids, prune_rate=self.prune_rate, dp_multiple=dp_multiple)
+                 align_to: int = 1, generator: torch.Generator | None = None) -> _pruning.PruneResult:
+        return _pruning.cppo_prune(advantages, uids, prune_rate=self.prune_rate, dp_multiple=align_to)
 
     def __repr__(self) -> str:
         return f"CPPOPruner(prune_rate={self.prune_rate})"
@@ -141,16 +143,16 @@ class CPPOPruner:
 
 @register(PRUNERS, "random")
 class RandomPruner:
-    """Random pruning (:func:`fastrl.algorithms.pruning.random_select`); uses ``generator``."""
+    """Random pruning (:func:`fastrl.algorithms.pruning.random_prune`); uses ``generator``."""
 
     def __init__(self, prune_rate: float = 0.5) -> None:
         check_fraction(prune_rate, "prune_rate", "RandomPruner")
         self.prune_rate = prune_rate
 
     def __call__(self, advantages: Tensor, uids: Sequence[Hashable], token_ids: TokenIds, *,
-                 dp_multiple: int, generator: torch.Generator | None = None) -> Tensor:
-        return _pruning.random_select(advantages, uids, prune_rate=self.prune_rate,
-                                      dp_multiple=dp_multiple, generator=generator)
+                 align_to: int = 1, generator: torch.Generator | None = None) -> _pruning.PruneResult:
+        return _pruning.random_prune(advantages, uids, prune_rate=self.prune_rate, align_to=align_to,
+                                     generator=generator)
 
     def __repr__(self) -> str:
         return f"RandomPruner(prune_rate={self.prune_rate})"
@@ -158,17 +160,14 @@ class RandomPruner:
 
 @register(PRUNERS, "advantage_only")
 class AdvantageOnlyPruner:
-    """One response per advantage group (:func:`fastrl.algorithms.pruning.advantage_only_select`)."""
-
-    def __init__(self, adv_eps: float | None = None) -> None:
-        self.adv_eps = adv_eps
+    """The seed of every advantage bucket (:func:`fastrl.algorithms.pruning.advantage_only_prune`)."""
 
     def __call__(self, advantages: Tensor, uids: Sequence[Hashable], token_ids: TokenIds, *,
-                 dp_multiple: int, generator: torch.Generator | None = None) -> Tensor:
-        return _pruning.advantage_only_select(advantages, uids, dp_multiple=dp_multiple, adv_eps=self.adv_eps)
+                 align_to: int = 1, generator: torch.Generator | None = None) -> _pruning.PruneResult:
+        return _pruning.advantage_only_prune(advantages, uids, align_to=align_to)
 
     def __repr__(self) -> str:
-        return f"AdvantageOnlyPruner(adv_eps={self.adv_eps})"
+        return "AdvantageOnlyPruner()"
 
 
 register(PROMPT_SELECTORS, "all")(_ps.AllPromptsSelector)

@@ -1,20 +1,25 @@
 """Rollouts-per-prompt policies: ARS (Adaptive Rollout Sampling) and the fixed-n baseline.
 
-ARS (DESIGN §4; the paper states the rule only qualitatively, this formula is our reading and
-every constant is configurable). Over a period (an epoch, or ``ars.period_steps`` steps) the
-scaler collects the kept count k_q of each question (how many responses MDAP kept). At the
-period's end, with k̄ = mean k_q, k_max = max k_q, retention ρ = k̄ / n:
+``AdaptiveRolloutScaler(n_init=8, rule="release", **rule_options)`` builds one of two rules:
 
-* if ρ >= ρ_high (0.9): grow, n_next = min(n + Δ, n_max), Δ = 2 — almost everything survived
-  pruning, so more rollouts may still be informative;
-* else n_next = clip(⌈k̄ + β (k_max − k̄)⌉ + h, n_min, n_max), β = 0.5, headroom h = 1.
+**release** (default; the authors' released code, docs/algorithms.md). After each pruned step the
+scaler receives the per-question final counts c_q (MDAP's kept plus the alignment refill) and
+buffers f1 = mean_q c_q and f2 = max_q c_q. At each period boundary (an epoch, or
+``ars.period_steps`` steps), with a = steps done / total steps:
+f3 = a * mean(f1) + (1 - a) * mean(f2) over the finished period; after the first period also
+g1 = (mean(f1) + mean(f2)) / 2, set once. Then n = max(round(min(n0 - (g1 - f3), n0)), 2)
+(round half to even) if f3 < g1, else n = n0. A period without observations changes nothing.
+A step's statistics belong to the period in which it ran: the release appends the boundary
+step's f1/f2 before it detects the epoch change, so its first step of epoch e is counted in
+epoch e - 1; we do not copy that slip.
 
-n_max defaults to the initial n, n_min to 4, and n never goes below 2 (GRPO needs a group). A
-period without observations leaves n unchanged. Each decision and its inputs are kept in
-``last_decision`` for logging.
+**retention** (this repository's earlier reading). Over a period the scaler collects the kept
+count k_q of each question. At the period's end, with k̄ = mean k_q, k_max = max k_q, retention
+ρ = k̄ / n: if ρ >= ρ_high (0.9) grow, n_next = min(n + Δ, n_max), Δ = 2; else
+n_next = clip(⌈k̄ + β (k_max − k̄)⌉ + h, n_min, n_max), β = 0.5, headroom h = 1. n_max defaults to
+the initial n, n_min to 4. Per-prompt mode (off by default) applies it to each prompt's counts.
 
-Per-prompt mode (beyond the paper, off by default): the same rule on each prompt's own kept
-counts, so prompts whose responses collapse get fewer rollouts than diverse ones.
+Each decision and its inputs are kept in ``last_decision`` for logging.
 """
 
 from __future__ import annotations
@@ -77,16 +82,146 @@ def _as_count(k: Any, where: str, label: str) -> int:
     return int(k)
 
 
+ARS_RULES = ("release", "retention")
+
+
 class AdaptiveRolloutScaler:
     """ARS: adapts the number of rollouts per prompt from the kept-count history.
 
-    Use: ``n = scaler.n`` (or ``scaler.n_for(uid)``) for the rollout; after pruning
-    ``scaler.observe({uid: kept})``; at the end of each period ``scaler.end_period()``.
+    ``AdaptiveRolloutScaler(n_init, rule="release" | "retention", **rule_options)`` returns the
+    rule's class (:class:`ReleaseRolloutScaler`, :class:`RetentionRolloutScaler`). Use:
+    ``n = scaler.n`` (or ``scaler.n_for(uid)``) for the rollout; after pruning
+    ``scaler.observe({uid: final_count})``; at each period boundary
+    ``scaler.end_period(progress)`` with progress = steps done / total steps.
     """
+
+    rule = ""
+
+    def __new__(cls, *args: Any, rule: str | None = None, **kwargs: Any) -> "AdaptiveRolloutScaler":
+        if cls is AdaptiveRolloutScaler:
+            chosen = "release" if rule is None else rule
+            if chosen not in ARS_RULES:
+                raise ValueError(f"AdaptiveRolloutScaler: rule = {chosen!r} is not one of {', '.join(ARS_RULES)}")
+            cls = ReleaseRolloutScaler if chosen == "release" else RetentionRolloutScaler
+        return super().__new__(cls)
+
+    @property
+    def n(self) -> int:
+        raise NotImplementedError
+
+    def n_for(self, uid: Hashable) -> int:
+        return self.n
+
+    def observe(self, kept_counts: KeptCounts) -> None:
+        raise NotImplementedError
+
+    def end_period(self, progress: float | None = None) -> int:
+        raise NotImplementedError
+
+    def state_dict(self) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        raise NotImplementedError
+
+
+def _counts_of(kept_counts: KeptCounts, where: str) -> list[tuple[Hashable | None, int]]:
+    if isinstance(kept_counts, Mapping):
+        items: list[tuple[Hashable | None, Any]] = list(kept_counts.items())
+    else:
+        items = [(None, k) for k in kept_counts]
+    return [(uid, _as_count(k, where, f"[{uid!r}]" if uid is not None else f"#{j}"))
+            for j, (uid, k) in enumerate(items)]
+
+
+def release_n(f3: float | None, g1: float | None, n_init: int, n_floor: int = 2) -> int:
+    """The released ARS decision: n0 - (g1 - f3), rounded half to even, in [n_floor, n0], while f3 < g1."""
+    if f3 is None or g1 is None or not f3 < g1:
+        return n_init
+    return max(round(min(n_init - (g1 - f3), n_init)), n_floor)
+
+
+class ReleaseRolloutScaler(AdaptiveRolloutScaler):
+    """ARS as released (module docstring): f1/f2 per step, f3 and g1 per period, n from f3 < g1."""
+
+    rule = "release"
+
+    def __init__(self, n_init: int = 8, rule: str | None = "release", n_floor: int = 2) -> None:
+        where = "ReleaseRolloutScaler"
+        if rule not in (None, "release"):
+            raise ValueError(f"{where}: rule = {rule!r}; this class implements 'release'")
+        check_positive_int(n_init, "n_init", where, minimum=2)
+        check_positive_int(n_floor, "n_floor", where, minimum=2)
+        if n_floor > n_init:
+            raise ValueError(f"{where}: n_floor = {n_floor} > n_init = {n_init}")
+        self.n_init, self.n_floor = n_init, n_floor
+        self._n = n_init
+        self._f1: list[float] = []
+        self._f2: list[float] = []
+        self.f3: float | None = None
+        self.g1: float | None = None
+        self.periods = 0
+        self.last_decision: dict[str, float] = {}
+
+    @property
+    def n(self) -> int:
+        return self._n
+
+    def observe(self, kept_counts: KeptCounts) -> None:
+        """One pruned step: per-question final counts -> buffers f1 = mean, f2 = max (empty: ignored)."""
+        counts = [k for _, k in _counts_of(kept_counts, f"{type(self).__name__}.observe")]
+        if counts:
+            self._f1.append(sum(counts) / len(counts))
+            self._f2.append(float(max(counts)))
+
+    def end_period(self, progress: float | None = None) -> int:
+        """Close the period: update f3 (and g1 after the first period), return n for the next steps."""
+        where = f"{type(self).__name__}.end_period"
+        if progress is None or isinstance(progress, bool) or not 0.0 <= float(progress) <= 1.0:
+            raise ValueError(f"{where}: progress = {progress!r} must be steps done / total steps, in [0, 1]")
+        decision: dict[str, float] = {"progress": float(progress), "num_observations": float(len(self._f1)),
+                                      "n_prev": float(self._n)}
+        if self._f1:
+            f1, f2 = sum(self._f1) / len(self._f1), sum(self._f2) / len(self._f2)
+            a = float(progress)
+            self.f3 = a * f1 + (1.0 - a) * f2
+            if self.g1 is None:
+                self.g1 = (f1 + f2) / 2.0
+            decision.update({"f1": f1, "f2": f2})
+        self._f1, self._f2 = [], []
+        self.periods += 1
+        self._n = release_n(self.f3, self.g1, self.n_init, self.n_floor)
+        decision.update({k: v for k, v in (("f3", self.f3), ("g1", self.g1)) if v is not None})
+        decision["n_next"] = float(self._n)
+        self.last_decision = decision
+        return self._n
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"rule": self.rule, "n": self._n, "f1": list(self._f1), "f2": list(self._f2), "f3": self.f3,
+                "g1": self.g1, "periods": self.periods, "last_decision": dict(self.last_decision)}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        missing = [k for k in ("n", "f1", "f2", "f3", "g1", "periods") if k not in state]
+        if missing or state.get("rule", self.rule) != self.rule:
+            raise ValueError(f"{type(self).__name__}.load_state_dict: not a release-ARS state "
+                             f"(missing {missing}, rule {state.get('rule')!r})")
+        self._n = int(state["n"])
+        self._f1, self._f2 = [float(x) for x in state["f1"]], [float(x) for x in state["f2"]]
+        self.f3 = None if state["f3"] is None else float(state["f3"])
+        self.g1 = None if state["g1"] is None else float(state["g1"])
+        self.periods = int(state["periods"])
+        self.last_decision = dict(state.get("last_decision", {}))
+
+
+class RetentionRolloutScaler(AdaptiveRolloutScaler):
+    """ARS, retention variant (module docstring): this repository's earlier reading."""
+
+    rule = "retention"
 
     def __init__(
         self,
         n_init: int = 8,
+        rule: str | None = "retention",
         n_min: int = 4,
         n_max: int | None = None,
         beta: float = 0.5,
@@ -95,7 +230,9 @@ class AdaptiveRolloutScaler:
         grow_step: int = 2,
         per_prompt: bool = False,
     ) -> None:
-        where = "AdaptiveRolloutScaler"
+        where = "RetentionRolloutScaler"
+        if rule not in (None, "retention"):
+            raise ValueError(f"{where}: rule = {rule!r}; this class implements 'retention'")
         check_positive_int(n_init, "n_init", where, minimum=2)
         check_positive_int(n_min, "n_min", where, minimum=2)
         n_max = n_init if n_max is None else n_max
@@ -158,8 +295,10 @@ class AdaptiveRolloutScaler:
             rows.append((uid, min(kk, n_q), n_q))
         self._period.extend(rows)
 
-    def end_period(self) -> int:
-        """Close the period: apply the rule (global, and per prompt in per-prompt mode); returns ``n``."""
+    def end_period(self, progress: float | None = None) -> int:
+        """Close the period: apply the rule (global, and per prompt in per-prompt mode); returns ``n``.
+
+        ``progress`` is accepted for the common interface and not used by this rule."""
         kept = [k for _, k, _ in self._period]
         n_obs = [nq for _, _, nq in self._period]
         self._n, self.last_decision = self._rule(kept, self._n, n_obs)
@@ -198,9 +337,11 @@ class AdaptiveRolloutScaler:
         self.last_decision = dict(state["last_decision"])
 
 
-class FixedRolloutScaler(AdaptiveRolloutScaler):
+class FixedRolloutScaler(RetentionRolloutScaler):
     """Fixed n (every baseline): same interface as ARS; ``end_period`` logs the kept-count
     statistics ARS would have used but never changes n."""
+
+    rule = "fixed"
 
     def __init__(self, n: int = 8) -> None:
         super().__init__(n_init=n, n_min=n, n_max=n)

@@ -164,6 +164,28 @@ def grouped_jaccard_distances(
     return [dist[g, :c, :c] for g, c in enumerate(sizes_per_group(group, G))]
 
 
+def grouped_intersections(token_ids: TokenIds, group: Tensor, num_groups: int) -> tuple[np.ndarray, np.ndarray]:
+    """Exact |T_i ∩ T_j| inside each group and the set sizes |T_i|, as integers.
+
+    Args:
+        token_ids: N responses' token ids (PackedTokens or a sequence of sequences).
+        group: [N] int64 group id of each response, values in [0, G).
+        num_groups: G.
+
+    Returns:
+        ``(inter, sizes)``: int64 [G, S, S] and [G, S] (S = the largest group); slot s of group g
+        is the group's s-th member in batch order. Integer counts let callers compare a
+        similarity with a threshold exactly (|∩| * den < num * |∪|) instead of in floating point.
+    """
+    where = "grouped_intersections"
+    n = int(group.numel())
+    packed = as_packed(token_ids, n, where)
+    if n == 0:
+        return np.zeros((num_groups, 1, 1), dtype=np.int64), np.zeros((num_groups, 1), dtype=np.int64)
+    inter, sizes = _group_intersections(packed, group.to(torch.long).numpy(), num_groups)
+    return np.rint(inter).astype(np.int64), np.rint(sizes).astype(np.int64)
+
+
 def sizes_per_group(group: Tensor, num_groups: int) -> list[int]:
     """Number of members of each group: [N] group ids -> G counts."""
     return torch.bincount(group.to(torch.long), minlength=num_groups).tolist()

@@ -29,17 +29,17 @@ def build_components(cfg: FastRLConfig) -> Components:
     a = cfg.algorithm
     pruner_kwargs: dict[str, dict[str, Any]] = {
         "none": {},
-        "mdap": {"tau": a.mdap.tau, "adv_eps": a.mdap.adv_eps},
+        "mdap": {"tau": a.mdap.tau, "rule": a.mdap.rule},
         "cppo": {"prune_rate": a.cppo.prune_rate},
         "random": {"prune_rate": a.random.prune_rate},
-        "advantage_only": {"adv_eps": a.mdap.adv_eps},
+        "advantage_only": {},
     }
     scaler_kwargs: dict[str, dict[str, Any]] = {
         "fixed": {"n": cfg.rollout.n},
-        "ars": {
-            "n_init": cfg.rollout.n, "n_min": a.ars.n_min, "n_max": a.ars.n_max, "beta": a.ars.beta,
-            "headroom": a.ars.headroom, "rho_high": a.ars.rho_high, "grow_step": a.ars.grow_step,
-            "per_prompt": a.ars.per_prompt,
+        "ars": {"n_init": cfg.rollout.n, "rule": "release", "n_floor": a.ars.n_floor} if a.ars.rule == "release" else {
+            "n_init": cfg.rollout.n, "rule": "retention", "n_min": a.ars.n_min, "n_max": a.ars.n_max,
+            "beta": a.ars.beta, "headroom": a.ars.headroom, "rho_high": a.ars.rho_high,
+            "grow_step": a.ars.grow_step, "per_prompt": a.ars.per_prompt,
         },
     }
     selector_kwargs: dict[str, dict[str, Any]] = {

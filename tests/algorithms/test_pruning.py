@@ -1,8 +1,8 @@
-"""MDAP, CPPO, random and advantage-only pruning; data-parallel alignment; bad input."""
+"""MDAP (released rule and greedy variant), CPPO, random and advantage-only pruning; the refill; bad input."""
 
 from __future__ import annotations
 
-import math
+from fractions import Fraction
 
 import pytest
 import torch
@@ -11,340 +11,348 @@ from hypothesis import strategies as st
 
 from fastrl.algorithms.advantages import grpo_advantages
 from fastrl.algorithms.pruning import (
-    advantage_only_select,
+    advantage_only_prune,
     cppo_select,
-    keep_all_select,
+    keep_all_prune,
     kept_counts,
+    mdap_prune,
     mdap_select,
-    random_select,
+    random_prune,
 )
 
 
 # ------------------------------------------------------------------ independent references
-def jaccard_distance(a, b) -> float:
+def similarity(a, b) -> Fraction:
+    """Token Jaccard similarity as an exact fraction; an empty union is 1."""
     sa, sb = set(a), set(b)
-    return 0.0 if not sa and not sb else 1.0 - len(sa & sb) / len(sa | sb)
+    union = len(sa | sb)
+    return Fraction(1) if union == 0 else Fraction(len(sa & sb), union)
 
 
-def ref_advantage_groups(idx: list[int], adv: list[float], adv_eps: float | None) -> list[list[int]]:
-    if adv_eps is None:
-        values = sorted({adv[i] for i in idx})
-        return [[i for i in idx if adv[i] == v] for v in values]
-    chain = sorted(idx, key=lambda i: (adv[i], i))
-    cut = [0] + [p for p in range(1, len(chain)) if adv[chain[p]] - adv[chain[p - 1]] >= adv_eps] + [len(chain)]
-    return [chain[a:b] for a, b in zip(cut, cut[1:])]
+def ref_questions(uids):
+    """{uid: [indices in batch order]}, uids in ascending order (ints numerically, then strings)."""
+    members: dict = {}
+    for i, u in enumerate(uids):
+        members.setdefault(u, []).append(i)
+    return [(u, members[u]) for u in sorted(members, key=lambda u: (isinstance(u, str), u))]
 
 
-def ref_mdap_keep(adv, uids, toks, tau, adv_eps=None) -> set[int]:
-    """DESIGN §4 steps 1-4 read literally, question by question (no alignment)."""
+def ref_buckets(idx, adv):
+    """Buckets by the advantage rounded to 4 decimals (numpy-style half-to-even on A * 1e4)."""
+    out: dict = {}
+    for i in idx:
+        out.setdefault(round(adv[i] * 1e4), []).append(i)
+    return list(out.values())
+
+
+def ref_release_keep(adv, uids, toks, tau) -> set[int]:
+    """The released rule read literally from docs/algorithms.md, steps 1-4 (no alignment)."""
+    bound = 1 - Fraction(str(tau))
     keep: set[int] = set()
-    for q in set(uids):
-        idx = [i for i in range(len(adv)) if uids[i] == q]
-        for grp in ref_advantage_groups(idx, adv, adv_eps):
-            kept_here: list[int] = []
-            for i in sorted(grp, key=lambda i: (-abs(adv[i]), i)):
-                if all(jaccard_distance(toks[i], toks[r]) >= tau for r in kept_here):
-                    kept_here.append(i)
-            keep.update(kept_here)
+    for _, idx in ref_questions(uids):
+        for bucket in ref_buckets(idx, adv):
+            best = max(abs(adv[i]) for i in bucket)
+            seed = next(i for i in bucket if abs(adv[i]) == best)
+            keep.add(seed)
+            keep.update(i for i in bucket if i != seed and similarity(toks[i], toks[seed]) < bound)
     return keep
 
 
-def ref_add_back(keep: set[int], adv, uids, d: int) -> set[int]:
-    """Alignment by adding: the round-robin written as one sort over (round, |A|, sign, uid)."""
-    need = (-len(keep)) % d
-    offers = []
-    for q in set(uids):
-        pruned = sorted((i for i in range(len(adv)) if uids[i] == q and i not in keep),
-                        key=lambda i: (-abs(adv[i]), adv[i] <= 0, i))
-        offers += [(rnd, -abs(adv[i]), adv[i] <= 0, repr(q), i) for rnd, i in enumerate(pruned)]
-    return keep | {o[-1] for o in sorted(offers)[:need]}
+def ref_greedy_keep(adv, uids, toks, tau) -> set[int]:
+    """The greedy variant: prune iff some kept member of the bucket has 1 - J < tau."""
+    keep: set[int] = set()
+    t = Fraction(str(tau))
+    for _, idx in ref_questions(uids):
+        for bucket in ref_buckets(idx, adv):
+            kept: list[int] = []
+            for i in sorted(bucket, key=lambda i: (-abs(adv[i]), idx.index(i))):
+                if not any(1 - similarity(toks[i], toks[r]) < t for r in kept):
+                    kept.append(i)
+            keep.update(kept)
+    return keep
 
 
-# ------------------------------------------------------------------ random batches
+def ref_refill(keep: set[int], adv, uids, d: int) -> set[int]:
+    keep = set(keep)
+    need = (d - len(keep) % d) % d
+    queues = [sorted((i for i in idx if i not in keep), key=lambda i: -abs(adv[i])) for _, idx in ref_questions(uids)]
+    while need and any(queues):
+        for q in queues:
+            if need and q:
+                keep.add(q.pop(0))
+                need -= 1
+    return keep
+
+
 @st.composite
-def batches(draw, max_q: int = 6, continuous: bool = False, vocab: int = 12):
-    sizes = draw(st.lists(st.integers(2, 8), min_size=1, max_size=max_q))
-    labels = [q for q, s in enumerate(sizes) for _ in range(s)]
-    order = draw(st.permutations(range(len(labels))))  # interleaved questions
-    uids = [f"q{labels[p]}" for p in order]
+def batches(draw, max_q: int = 6, vocab: int = 12, continuous: bool = False):
+    """Random ragged batches: interleaved questions of 1..8 responses, rewards in {0, .5, 1, 1.5}."""
+    nq = draw(st.integers(1, max_q))
+    sizes = [draw(st.integers(2, 8)) for _ in range(nq)]
+    uids = [q for q, s in enumerate(sizes) for _ in range(s)]
+    order = draw(st.permutations(range(len(uids))))
+    uids = [uids[i] for i in order]
     if continuous:
-        rewards = draw(st.lists(st.floats(0, 1, allow_nan=False).map(lambda x: round(x, 3)),
-                                min_size=len(uids), max_size=len(uids)))
+        rewards = torch.tensor([draw(st.floats(0, 1, allow_nan=False)) for _ in uids], dtype=torch.float32)
     else:
-        rewards = draw(st.lists(st.sampled_from([0.0, 0.5, 1.0, 1.5]), min_size=len(uids), max_size=len(uids)))
-    adv = grpo_advantages(torch.tensor(rewards, dtype=torch.float64), uids)
-    toks = draw(st.lists(st.lists(st.integers(0, vocab), max_size=8), min_size=len(uids), max_size=len(uids)))
+        rewards = torch.tensor([draw(st.sampled_from([0.0, 0.5, 1.0, 1.5])) for _ in uids])
+    toks = [draw(st.lists(st.integers(0, vocab - 1), min_size=0, max_size=6)) for _ in uids]
+    adv = grpo_advantages(rewards, uids)
     return adv, uids, toks
 
 
-def check_invariants(kept: torch.Tensor, adv, uids, d: int) -> None:
-    k = kept.tolist()
-    assert kept.dtype == torch.long
-    assert k == sorted(set(k)), "sorted and unique"
-    assert all(0 <= i < len(uids) for i in k), "a subset of the batch"
-    assert len(k) % d == 0 and len(k) > 0
-    for q in set(uids):
-        assert any(uids[i] == q for i in k), f"question {q} lost all its responses"
+TAUS = [0.0, 0.2, 0.3, 0.5, 0.8, 1.0]
 
 
-# ------------------------------------------------------------------ MDAP vs reference
-@settings(max_examples=100, deadline=None)
-@given(batches(), st.sampled_from([0.0, 0.3, 0.5, 0.8, 1.0]))
-def test_mdap_matches_reference(batch, tau):
+# ------------------------------------------------------------------ MDAP, released rule
+@settings(max_examples=150, deadline=None)
+@given(batches(), st.sampled_from(TAUS))
+def test_release_matches_reference(batch, tau):
     adv, uids, toks = batch
     got = set(mdap_select(adv, uids, toks, tau=tau).tolist())
-    assert got == ref_mdap_keep(adv.tolist(), uids, toks, tau)
+    assert got == ref_release_keep(adv.tolist(), uids, toks, tau)
 
 
 @settings(max_examples=60, deadline=None)
-@given(batches(continuous=True), st.sampled_from([1e-4, 0.05, 0.5]), st.sampled_from([0.5, 0.8]))
-def test_mdap_continuous_matches_reference(batch, adv_eps, tau):
+@given(batches(continuous=True), st.sampled_from([0.3, 0.8]))
+def test_release_continuous_rewards_match_reference(batch, tau):
     adv, uids, toks = batch
-    got = set(mdap_select(adv, uids, toks, tau=tau, adv_eps=adv_eps).tolist())
-    assert got == ref_mdap_keep(adv.tolist(), uids, toks, tau, adv_eps)
+    assert set(mdap_select(adv, uids, toks, tau=tau).tolist()) == ref_release_keep(adv.tolist(), uids, toks, tau)
+
+
+@settings(max_examples=120, deadline=None)
+@given(batches(), st.sampled_from(TAUS), st.integers(1, 16), st.sampled_from(["release", "greedy"]))
+def test_properties_and_refill(batch, tau, d, rule):
+    adv, uids, toks = batch
+    adv_l = adv.tolist()
+    base = set(mdap_select(adv, uids, toks, tau=tau, rule=rule).tolist())
+    result = mdap_prune(adv, uids, toks, tau=tau, align_to=d, rule=rule)
+    kept = result.kept.tolist()
+    assert kept == sorted(kept) and len(set(kept)) == len(kept)
+    # every advantage bucket keeps >= 1 (its seed), before and after the refill
+    for _, idx in ref_questions(uids):
+        for bucket in ref_buckets(idx, adv_l):
+            assert base & set(bucket)
+    # the refill never drops a kept response, reaches a multiple of d whenever the batch allows it
+    assert base <= set(kept)
+    assert set(kept) == ref_refill(base, adv_l, uids, d)
+    assert len(kept) % d == 0 or len(kept) == len(uids)
+    assert result.kept_before_refill == len(base)
+    assert sum(result.final_counts.values()) == len(kept)
+    assert result.final_counts == kept_counts(uids, result.kept)
 
 
 @settings(max_examples=80, deadline=None)
-@given(batches(), st.sampled_from([0.5, 0.8, 1.0]), st.integers(1, 8))
-def test_mdap_properties_and_alignment(batch, tau, d):
+@given(batches(), st.sampled_from(TAUS), st.integers(1, 8), st.randoms(use_true_random=False),
+       st.sampled_from(["release", "greedy"]))
+def test_two_ranks_equal_one_rank(batch, tau, d, rnd, rule):
+    """A batch gathered from 2 ranks interleaves questions differently; the kept (uid, rank) set is the same."""
     adv, uids, toks = batch
-    if len(uids) < d:
-        with pytest.raises(ValueError, match="fewer than dp_multiple"):
-            mdap_select(adv, uids, toks, tau=tau, dp_multiple=d)
-        return
-    base = ref_mdap_keep(adv.tolist(), uids, toks, tau)
-    try:
-        kept = mdap_select(adv, uids, toks, tau=tau, dp_multiple=d)
-    except ValueError as exc:
-        # only possible when adding cannot reach a multiple and dropping would empty a question
-        assert "would leave a question with no response" in str(exc)
-        assert math.ceil(len(base) / d) * d > len(uids)
-        assert (len(base) // d) * d < len(set(uids))
-        return
-    check_invariants(kept, adv, uids, d)
-    got = set(kept.tolist())
-    if math.ceil(len(base) / d) * d <= len(uids):
-        assert got == ref_add_back(base, adv.tolist(), uids, d)
-    else:
-        assert got < base and len(got) == (len(base) // d) * d
-    if d == 1:  # no advantage group loses all its responses
-        a = adv.tolist()
-        for q in set(uids):
-            for grp in ref_advantage_groups([i for i in range(len(a)) if uids[i] == q], a, None):
-                assert got & set(grp)
-
-
-@settings(max_examples=60, deadline=None)
-@given(batches(), st.sampled_from([0.5, 0.8, 1.0]), st.integers(1, 6), st.randoms(use_true_random=False))
-def test_mdap_is_invariant_to_batch_order(batch, tau, d, rnd):
-    """Interleave the questions differently (each question's responses keep their order): the
-    kept set of (uid, response) must not change — the 2-ranks-equal-1-rank property."""
-    adv, uids, toks = batch
-    if len(uids) < d:
-        return
-    rank = {}
-    ident = []
-    for u in uids:
-        rank[u] = rank.get(u, -1) + 1
-        ident.append((u, rank[u]))
-    labels = list(uids)
-    rnd.shuffle(labels)
-    queues = {u: [i for i in range(len(uids)) if uids[i] == u] for u in set(uids)}
-    perm = [queues[u].pop(0) for u in labels]
-    try:
-        a = {ident[i] for i in mdap_select(adv, uids, toks, tau=tau, dp_multiple=d).tolist()}
-    except ValueError:
-        with pytest.raises(ValueError):
-            mdap_select(adv[perm], [uids[i] for i in perm], [toks[i] for i in perm], tau=tau, dp_multiple=d)
-        return
-    kept_p = mdap_select(adv[perm], [uids[i] for i in perm], [toks[i] for i in perm], tau=tau, dp_multiple=d)
-    b = {ident[perm[j]] for j in kept_p.tolist()}
-    assert a == b
-
-
-# ------------------------------------------------------------------ hand-computed cases
-def test_tau_zero_keeps_everything():
-    adv = grpo_advantages([1.0, 1.0, 0.0, 0.0, 1.5, 0.0], ["a"] * 3 + ["b"] * 3)
-    toks = [[1, 2]] * 6  # identical responses
-    assert mdap_select(adv, ["a"] * 3 + ["b"] * 3, toks, tau=0.0).tolist() == [0, 1, 2, 3, 4, 5]
-
-
-def test_tau_one_keeps_one_per_advantage_group_when_tokens_overlap():
-    uids = ["a"] * 5 + ["b"] * 3
-    adv = grpo_advantages([1.5, 0.0, 1.5, 0.0, 0.5, 1.0, 1.0, 1.0], uids)
-    toks = [[7, i] for i in range(8)]  # every pair shares token 7
-    kept = mdap_select(adv, uids, toks, tau=1.0).tolist()
-    # question a: groups {0, 2} (1.5), {1, 3} (0.0), {4} (0.5) -> first index of each; b: one group
-    assert kept == [0, 1, 4, 5]
-    assert kept == advantage_only_select(adv, uids).tolist()
-
-
-def test_distance_threshold_hand_case():
-    uids = ["q"] * 4
-    adv = [0.5, 0.5, 0.5, -1.5]
-    toks = [[1, 2, 3, 4], [1, 2, 3, 5], [6, 7, 8, 9], [1]]
-    # d(0,1) = 1 - 3/5 = 0.4; d(0,2) = 1; d(1,2) = 1
-    assert mdap_select(adv, uids, toks, tau=0.8).tolist() == [0, 2, 3]  # 0.4 < 0.8: 1 pruned
-    assert mdap_select(adv, uids, toks, tau=0.4).tolist() == [0, 1, 2, 3]  # 0.4 is not < 0.4
-    # |A| order inside a group decides who is compared to whom
-    assert mdap_select([0.5, 0.6, 0.5, -1.5], uids, toks, tau=0.8, adv_eps=0.2).tolist() == [1, 2, 3]
-
-
-def test_continuous_rewards_with_near_equal_advantages():
-    uids = ["img"] * 5
-    adv = [0.30000, 0.30004, -0.6, 0.30009, 0.1]
-    toks = [[1, 2], [1, 2], [3], [1, 2], [1, 2]]
-    # exact equality: five singleton groups, nothing pruned
-    assert mdap_select(adv, uids, toks).tolist() == [0, 1, 2, 3, 4]
-    # adv_eps = 1e-4: gaps 4e-5 and 5e-5 chain 0.3, 0.30004, 0.30009 into one group; the largest
-    # |A| (index 3) is kept, its duplicates pruned; 0.1 is 0.2 away: its own group
-    assert mdap_select(adv, uids, toks, adv_eps=1e-4).tolist() == [2, 3, 4]
-
-
-def test_interleaved_uids():
-    uids = ["a", "b", "a", "b", "a", "b"]
-    adv = grpo_advantages([1.0, 0.0, 1.0, 1.0, 0.0, 1.0], uids)
-    toks = [[1], [2], [1], [2], [3], [4]]
-    # a: {0, 2} same A and same tokens -> 0 kept, 2 pruned; 4 alone.  b: {3, 5} disjoint -> both
-    assert mdap_select(adv, uids, toks).tolist() == [0, 1, 3, 4, 5]
-
-
-def test_all_zero_advantage_question():
-    uids = ["z"] * 4 + ["m"] * 2
-    adv = grpo_advantages([1.0, 1.0, 1.0, 1.0, 0.0, 1.0], uids)
-    assert adv[:4].tolist() == [0.0] * 4
-    similar = [[1, 2, 3], [1, 2, 3], [1, 2, 4], [9], [5], [6]]
-    assert mdap_select(adv, uids, similar).tolist() == [0, 3, 4, 5]  # 1, 2 within 0.5 of 0
-    assert mdap_select(adv, uids, [[i] for i in range(6)]).tolist() == [0, 1, 2, 3, 4, 5]
-
-
-def test_alignment_adds_back_round_robin_highest_abs_advantage_first():
-    uids = ["a"] * 4 + ["b"] * 4
-    adv = [1.0, 1.0, -0.5, -0.5, 2.0, 2.0, 2.0, -1.0]
-    toks = [[1]] * 8
-    # without alignment: a keeps 0 and 2, b keeps 4 and 7 -> 4 kept
-    assert mdap_select(adv, uids, toks).tolist() == [0, 2, 4, 7]
-    # d = 3 -> 6: round 1 offers a:1 (|A| 1.0) and b:5 (|A| 2.0) -> both added
-    assert mdap_select(adv, uids, toks, dp_multiple=3).tolist() == [0, 1, 2, 4, 5, 7]
-    # d = 5 -> 5: only b:5 (higher |A|) is added
-    assert mdap_select(adv, uids, toks, dp_multiple=5).tolist() == [0, 2, 4, 5, 7]
-
-
-def test_alignment_drops_from_largest_groups_when_adding_cannot_work():
-    uids = ["a"] * 4 + ["b"] * 2
-    adv = [1.0, 1.0, 1.0, -1.0, 0.5, -0.5]
-    toks = [[i] for i in range(6)]  # all distinct: MDAP keeps all 6
-    # d = 4: 8 > 6 cannot be reached -> drop 2; largest advantage group is a's {0,1,2}: drop 2, 1
-    assert mdap_select(adv, uids, toks, dp_multiple=4).tolist() == [0, 3, 4, 5]
-    assert keep_all_select(adv, uids, dp_multiple=4).tolist() == [0, 3, 4, 5]
-
-
-def test_alignment_never_empties_a_question():
-    uids = ["a", "a", "b", "b", "c", "c"]
-    adv = [1.0, -1.0] * 3
-    # keep-all gives 6; d = 4 -> 8 > 6, drop 2 from questions that keep more than one
-    kept = keep_all_select(adv, uids, dp_multiple=4).tolist()
-    assert len(kept) == 4 and {uids[i] for i in kept} == {"a", "b", "c"}
-    # 5 questions x 1 kept, d = 4: 8 > 5 responses? no: N = 10, so add back 3
-    uids5 = [q for q in "abcde" for _ in range(2)]
-    kept = cppo_select([1.0, 1.0] * 5, uids5, prune_rate=0.5, dp_multiple=4).tolist()
-    assert len(kept) == 8
-
-
-def test_alignment_impossible_is_a_clear_error():
-    uids = ["a", "a", "b", "b", "c", "c", "d"]
-    adv = [0.0] * 7
-    # advantage-only keeps 4 (one per question); d = 3 -> 6 is reachable by adding: fine
-    assert len(advantage_only_select(adv, uids, dp_multiple=3)) == 6
-    # 7 responses, d = 5: K = 4 -> 5 by adding: fine; d = 6 -> 6 fine
-    assert len(advantage_only_select(adv, uids, dp_multiple=6)) == 6
-    uids = ["a", "b", "c", "d", "e", "a", "b"]
-    # 5 questions, 7 responses, d = 3: K = 5 -> 6 by adding
-    assert len(advantage_only_select([0.0] * 7, uids, dp_multiple=3)) == 6
-    # d = 4: K = 5 -> 8 > 7 cannot be added, dropping to 4 empties a question
-    with pytest.raises(ValueError, match=r"cannot align 5 kept responses to a multiple of dp_multiple = 4"):
-        advantage_only_select([0.0] * 7, uids, dp_multiple=4)
-
-
-# ------------------------------------------------------------------ CPPO / random / advantage-only
-@settings(max_examples=80, deadline=None)
-@given(batches(), st.sampled_from([0.0, 0.25, 0.5, 0.75, 0.9, 1.0]))
-def test_cppo_matches_reference(batch, p):
-    adv, uids, _ = batch
-    a = adv.tolist()
-    want = set()
-    for q in set(uids):
-        idx = [i for i in range(len(a)) if uids[i] == q]
-        k = max(1, int(len(idx) * (1 - p) + 1e-9))
-        want |= set(sorted(idx, key=lambda i: (-abs(a[i]), a[i] <= 0, i))[:k])
-    assert set(cppo_select(adv, uids, prune_rate=p).tolist()) == want
-
-
-def test_cppo_hand_case():
-    uids = ["a"] * 8
-    adv = [0.1, -2.0, 0.5, 2.0, -0.5, 0.0, 1.0, -1.0]
-    # k = floor(8 x 0.5) = 4: |A| 2.0 (+ first: 3, then 1), 1.0 (+: 6, then 7)
-    assert cppo_select(adv, uids).tolist() == [1, 3, 6, 7]
-    assert cppo_select(adv, uids, prune_rate=0.7).tolist() == [1, 3]  # floor(2.4) = 2
-
-
-@settings(max_examples=50, deadline=None)
-@given(batches(), st.sampled_from([0.0, 0.5, 0.75]), st.integers(0, 2**31 - 1), st.integers(1, 4))
-def test_random_is_seeded_and_keeps_k_per_question(batch, p, seed, d):
-    adv, uids, _ = batch
-    if len(uids) < d:
-        return
-    a = random_select(adv, uids, prune_rate=p, generator=torch.Generator().manual_seed(seed))
-    b = random_select(adv, uids, prune_rate=p, generator=torch.Generator().manual_seed(seed))
-    assert torch.equal(a, b)
-    counts = kept_counts(uids, a)
-    for q, c in counts.items():
-        assert c == max(1, int(uids.count(q) * (1 - p) + 1e-9))
-    try:
-        check_invariants(random_select(adv, uids, prune_rate=p, dp_multiple=d,
-                                       generator=torch.Generator().manual_seed(seed)), adv, uids, d)
-    except ValueError as exc:
-        assert "would leave a question with no response" in str(exc)
-
-
-def test_random_differs_across_seeds():
-    uids = ["a"] * 16
-    adv = torch.zeros(16)
-    picks = {tuple(random_select(adv, uids, generator=torch.Generator().manual_seed(s)).tolist()) for s in range(10)}
-    assert len(picks) > 1
+    one = mdap_select(adv, uids, toks, tau=tau, align_to=d, rule=rule)
+    by_q: dict = {}
+    for i, u in enumerate(uids):
+        by_q.setdefault(u, []).append(i)
+    questions = list(by_q)
+    rnd.shuffle(questions)
+    ranks = [questions[0::2], questions[1::2]]  # rank r rolls out its own questions, then all-gather
+    perm = [i for r in ranks for q in r for i in by_q[q]]
+    two = mdap_select(adv[perm], [uids[i] for i in perm], [toks[i] for i in perm], tau=tau, align_to=d, rule=rule)
+    key = lambda idx, us: {(us[i], sum(1 for j in range(i) if us[j] == us[i])) for i in idx}  # noqa: E731
+    assert key(one.tolist(), uids) == key(two.tolist(), [uids[i] for i in perm])
 
 
 @settings(max_examples=60, deadline=None)
 @given(batches())
-def test_advantage_only_equals_mdap_tau_one_when_all_tokens_overlap(batch):
+def test_tau_zero_keeps_all_but_duplicates_of_the_seed(batch):
     adv, uids, toks = batch
-    shared = [t + [999] for t in toks]
-    assert torch.equal(advantage_only_select(adv, uids), mdap_select(adv, uids, shared, tau=1.0))
+    kept = set(mdap_select(adv, uids, toks, tau=0.0).tolist())
+    adv_l = adv.tolist()
+    for _, idx in ref_questions(uids):
+        for bucket in ref_buckets(idx, adv_l):
+            seed = max(bucket, key=lambda i: abs(adv_l[i]))
+            for i in bucket:
+                assert (i in kept) == (i == seed or set(toks[i]) != set(toks[seed]))
+
+
+@settings(max_examples=60, deadline=None)
+@given(batches())
+def test_tau_one_keeps_seeds_only_and_equals_advantage_only(batch):
+    adv, uids, toks = batch
+    seeds = mdap_select(adv, uids, toks, tau=1.0)
+    assert seeds.tolist() == advantage_only_prune(adv, uids).kept.tolist()
+    for d in (3, 8):
+        assert mdap_select(adv, uids, toks, tau=1.0, align_to=d).tolist() == \
+            advantage_only_prune(adv, uids, align_to=d).kept.tolist()
+
+
+@settings(max_examples=100, deadline=None)
+@given(batches(), st.sampled_from([0.2, 0.5, 0.8]))
+def test_greedy_matches_reference(batch, tau):
+    adv, uids, toks = batch
+    assert set(mdap_select(adv, uids, toks, tau=tau, rule="greedy").tolist()) == \
+        ref_greedy_keep(adv.tolist(), uids, toks, tau)
+
+
+# ------------------------------------------------------------------ hand-computed cases
+def test_release_hand_case_seed_only_comparison():
+    # One question, one bucket (all A = 1): seed = response 0 (first of equal |A|).
+    # J(1, seed) = |{}|/|{1,2,3,4}| = 0 -> kept; J(2, seed) = |{1}|/|{1,2,5}| = 1/3 -> pruned at tau 0.8;
+    # J(3, seed) = 0 -> kept although response 3 duplicates response 1 (greedy would prune it).
+    adv = [1.0, 1.0, 1.0, 1.0, -1.0, -1.0]
+    toks = [[1, 2], [3, 4], [1, 5], [3, 4], [9], [9]]
+    r = mdap_prune(adv, ["q"] * 6, toks, tau=0.8)
+    assert r.kept.tolist() == [0, 1, 3, 4]
+    assert mdap_select(adv, ["q"] * 6, toks, tau=0.8, rule="greedy").tolist() == [0, 1, 4]
+    assert r.num_buckets == 2 and r.kept_before_refill == 4
+    assert sorted(r.seed_similarities) == [0.0, 0.0, 1 / 3, 1.0]
+
+
+def test_release_boundary_is_exact():
+    # J = 1/5 exactly = 1 - 0.8: the release keeps iff J < 0.2, so this member is pruned;
+    # 1 - 1/5 in floating point is 0.8 (not below tau), the greedy variant keeps it (distance not < tau).
+    seed, member = [1, 2, 3], [3, 4, 5]  # ∩ = {3}, ∪ = {1..5}
+    assert similarity(seed, member) == Fraction(1, 5)
+    for n_extra in range(0, 60):  # unions up to 65: every such pair must be decided exactly
+        s = list(range(100, 100 + n_extra)) + seed
+        m = member
+        j = similarity(s, m)
+        kept = mdap_select([1.0, 1.0], ["q", "q"], [s, m], tau=0.8).tolist()
+        assert (1 in kept) == (j < Fraction(1, 5))
+    # J = 2/10 with tau = 0.8: also exactly on the boundary
+    a, b = list(range(6)), [0, 1, 6, 7, 8, 9]
+    assert similarity(a, b) == Fraction(2, 10)
+    assert mdap_select([1.0, 1.0], ["q", "q"], [a, b], tau=0.8).tolist() == [0]
+
+
+def test_buckets_round_to_four_decimals_without_chaining():
+    # 0, 6e-5, 1.2e-4, 1.8e-4 round to 0, 1e-4, 1e-4, 2e-4: three buckets (chaining gaps < 1e-4 made one)
+    adv = [0.0, 6e-5, 1.2e-4, 1.8e-4]
+    toks = [[1]] * 4
+    r = mdap_prune(adv, ["q"] * 4, toks, tau=0.8)
+    assert r.num_buckets == 3
+    assert r.kept.tolist() == [0, 2, 3]  # the 1e-4 bucket's seed is 1.2e-4 (larger |A|)
+
+
+def test_empty_responses():
+    # two empty responses: union empty -> J = 1 -> pruned at every tau (even 0); empty vs non-empty: J = 0
+    adv = [1.0, 1.0, 1.0]
+    toks = [[], [], [5]]
+    assert mdap_select(adv, ["q"] * 3, toks, tau=0.0).tolist() == [0, 2]
+    assert mdap_select(adv, ["q"] * 3, toks, tau=0.8).tolist() == [0, 2]
+    assert mdap_select(adv, ["q"] * 3, toks, tau=1.0).tolist() == [0]
+
+
+def test_all_zero_advantages_keep_one_per_question_then_refill():
+    adv = [0.0] * 8
+    uids = ["a"] * 4 + ["b"] * 4
+    toks = [[1, 2]] * 8
+    assert mdap_select(adv, uids, toks, tau=0.8).tolist() == [0, 4]
+    assert mdap_select(adv, uids, toks, tau=0.8, align_to=4).tolist() == [0, 1, 4, 5]
+
+
+def test_refill_round_robin_in_uid_order_by_abs_advantage():
+    # question 2 (uid 2) comes before 10 numerically; pruned |A| descending inside each.
+    uids = [10, 10, 10, 2, 2, 2]
+    adv = [1.0, 1.0, -0.5, 1.0, 1.0, 1.0]
+    toks = [[1]] * 6
+    # kept seeds: q10 -> 0 (bucket 1.0) and 2 (bucket -0.5); q2 -> 3
+    assert mdap_select(adv, uids, toks, tau=0.8).tolist() == [0, 2, 3]
+    # need 1: uid 2 first, its best pruned response is 4
+    assert mdap_select(adv, uids, toks, tau=0.8, align_to=4).tolist() == [0, 2, 3, 4]
+    # need 3 (to 6): 4 (q2), 1 (q10), 5 (q2)
+    assert mdap_select(adv, uids, toks, tau=0.8, align_to=6).tolist() == [0, 1, 2, 3, 4, 5]
+
+
+def test_refill_that_cannot_reach_a_multiple_keeps_everything():
+    r = mdap_prune([1.0, 1.0, 1.0], ["q"] * 3, [[1]] * 3, tau=0.8, align_to=4)
+    assert r.kept.tolist() == [0, 1, 2] and r.kept_before_refill == 1
+
+
+def test_metrics_histogram():
+    r = mdap_prune([1.0, 1.0, 1.0], ["q"] * 3, [[1, 2], [1, 3], [4]], tau=0.8)
+    m = r.metrics(3)
+    assert m["prune/pairs_compared"] == 2 and m["prune/sim_hist_03"] == 1 and m["prune/sim_hist_00"] == 1
+    assert m["prune/count_mean"] == 2 and m["prune/count_max"] == 2 and m["prune/refilled"] == 0
+
+
+# ------------------------------------------------------------------ CPPO, random, keep-all
+def ref_cppo(adv, uids, p):
+    import math
+
+    keep = set()
+    for _, idx in ref_questions(uids):
+        k = max(1, math.floor(len(idx) * (1 - p) + 1e-9))
+        ranked = sorted(range(len(idx)), key=lambda r: (-abs(adv[idx[r]]), 0 if adv[idx[r]] > 0 else 1, r))
+        keep.update(idx[r] for r in ranked[:k])
+    return keep
+
+
+@settings(max_examples=80, deadline=None)
+@given(batches(), st.sampled_from([0.0, 0.25, 0.5, 0.75, 0.9, 1.0]))
+def test_cppo_matches_reference(batch, p):
+    adv, uids, _ = batch
+    assert set(cppo_select(adv, uids, prune_rate=p).tolist()) == ref_cppo(adv.tolist(), uids, p)
+
+
+def test_cppo_hand_case():
+    adv = [0.5, -1.5, 1.5, 0.1]
+    assert cppo_select(adv, ["q"] * 4, prune_rate=0.5).tolist() == [1, 2]
+    assert cppo_select(adv, ["q"] * 4, prune_rate=0.75).tolist() == [2]  # tie on |A|: positive first
+
+
+@settings(max_examples=50, deadline=None)
+@given(batches(), st.sampled_from([0.0, 0.5, 0.75]), st.integers(0, 2**31 - 1))
+def test_random_is_seeded_and_keeps_k_per_question(batch, p, seed):
+    import math
+
+    adv, uids, _ = batch
+    a = random_prune(adv, uids, prune_rate=p, generator=torch.Generator().manual_seed(seed))
+    b = random_prune(adv, uids, prune_rate=p, generator=torch.Generator().manual_seed(seed))
+    assert a.kept.tolist() == b.kept.tolist()
+    for u, idx in ref_questions(uids):
+        assert a.final_counts[u] == max(1, math.floor(len(idx) * (1 - p) + 1e-9))
+
+
+def test_keep_all():
+    r = keep_all_prune([0.0, 1.0, -1.0], ["a", "a", "b"])
+    assert r.kept.tolist() == [0, 1, 2] and r.final_counts == {"a": 2, "b": 1}
 
 
 def test_kept_counts():
-    assert kept_counts(["a", "b", "a", "c"], torch.tensor([0, 2, 3])) == {"a": 2, "b": 0, "c": 1}
-    with pytest.raises(ValueError, match=r"kept index 4 outside the batch of 4"):
-        kept_counts(["a", "b", "a", "c"], [4])
+    assert kept_counts(["a", "a", "b"], torch.tensor([0, 2])) == {"a": 1, "b": 1}
+    with pytest.raises(ValueError, match="outside the batch"):
+        kept_counts(["a"], [3])
 
 
-# ------------------------------------------------------------------ bad input
 @pytest.mark.parametrize(
     "call, match",
     [
-        (lambda: mdap_select([0.1, 0.2], ["a"], [[1], [2]]), r"mdap_select: len\(uids\) = 1 does not match the batch size 2"),
-        (lambda: mdap_select([0.1, 0.2], ["a", "a"], [[1]]), r"mdap_select: len\(token_ids\) = 1 does not match the batch size 2"),
-        (lambda: mdap_select([], [], []), r"mdap_select: empty batch"),
-        (lambda: mdap_select([0.1, float("nan")], ["a", "a"], [[1], [2]]), r"advantages\[1\] = nan is not finite"),
-        (lambda: mdap_select([0.1, 0.2], ["a", "a"], [[1], [2]], tau=1.5), r"tau = 1.5 must lie in \[0, 1\]"),
-        (lambda: mdap_select([0.1, 0.2], ["a", "a"], [[1], [2]], tau=-0.1), r"tau = -0.1 must lie in \[0, 1\]"),
-        (lambda: mdap_select([0.1, 0.2], ["a", "a"], [[1], [2]], dp_multiple=0), r"dp_multiple = 0 must be an integer >= 1"),
-        (lambda: mdap_select([0.1, 0.2], ["a", "a"], [[1], [2]], dp_multiple=4), r"the batch has 2 responses, fewer than dp_multiple = 4"),
-        (lambda: mdap_select([0.1, 0.2], ["a", "a"], [[1], [2]], adv_eps=0.0), r"adv_eps = 0.0 must be None or a finite number > 0"),
-        (lambda: cppo_select([0.1, 0.2], ["a", "a"], prune_rate=2.0), r"cppo_select: prune_rate = 2.0 must lie in \[0, 1\]"),
-        (lambda: random_select([0.1], ["a", "b"]), r"random_select: len\(uids\) = 2 does not match the batch size 1"),
+        (lambda: mdap_select([1.0, float("nan")], ["a", "a"], [[1], [2]]), "not finite"),
+        (lambda: mdap_select([1.0, 1.0], ["a"], [[1], [2]]), "len\\(uids\\)"),
+        (lambda: mdap_select([1.0, 1.0], ["a", "a"], [[1]]), "len\\(token_ids\\)"),
+        (lambda: mdap_select([1.0, 1.0], ["a", "a"], [[1], [2]], tau=1.5), "tau"),
+        (lambda: mdap_select([1.0, 1.0], ["a", "a"], [[1], [2]], align_to=0), "align_to"),
+        (lambda: mdap_select([1.0, 1.0], ["a", "a"], [[1], [2]], rule="nearest"), "rule"),
+        (lambda: mdap_select([], [], []), "empty batch"),
+        (lambda: mdap_select([1.0, 1.0], ["a", "a"], [[1], [-2]]), "negative token id"),
+        (lambda: cppo_select([1.0], ["a"], prune_rate=2.0), "prune_rate"),
     ],
 )
 def test_bad_input(call, match):
     with pytest.raises(ValueError, match=match):
         call()
+
+
+@pytest.mark.parametrize("tau", [0.1, 0.2, 0.3, 0.4, 0.6, 0.7, 0.8, 0.9])
+def test_similarity_exactly_one_minus_tau_is_pruned_for_every_union(tau):
+    """J = 1 - tau exactly (e.g. 4/5, 8/10, ... at tau 0.2) must be pruned; float 1 - ∩/∪ got some wrong."""
+    bound = 1 - Fraction(str(tau))
+    for union in range(bound.denominator, 300, bound.denominator):
+        inter = int(bound * union)
+        seed = list(range(inter)) + list(range(1000, 1000 + union - inter))  # |seed| = union, ∩ = inter
+        member = list(range(inter))
+        assert similarity(seed, member) == bound
+        assert mdap_select([1.0, 1.0], ["q", "q"], [seed, member], tau=tau).tolist() == [0], (tau, union)
+        # one more shared token than the boundary allows... one fewer: J < 1 - tau -> kept
+        if inter > 0:
+            assert mdap_select([1.0, 1.0], ["q", "q"], [seed, member[:-1]], tau=tau).tolist() == [0, 1]

@@ -35,9 +35,10 @@ def test_register_decorator_and_duplicates():
         R.register(reg, "x")(x)
 
 
-@pytest.mark.parametrize("name, hp", [("none", {}), ("mdap", {"tau": 0.8, "adv_eps": None}),
+@pytest.mark.parametrize("name, hp", [("none", {}), ("mdap", {"tau": 0.8, "rule": "release"}),
+                                      ("mdap", {"tau": 0.8, "rule": "greedy"}),
                                       ("cppo", {"prune_rate": 0.5}), ("random", {"prune_rate": 0.5}),
-                                      ("advantage_only", {"adv_eps": None})])
+                                      ("advantage_only", {})])
 @pytest.mark.parametrize("d", [1, 3, 4])
 def test_every_pruner_has_the_trainer_signature(name, hp, d):
     uids = [f"q{i % 5}" for i in range(40)]  # interleaved, 8 per question
@@ -47,11 +48,15 @@ def test_every_pruner_has_the_trainer_signature(name, hp, d):
     toks = [torch.randint(0, 50, (int(torch.randint(1, 20, (1,), generator=g)),), generator=g).tolist()
             for _ in range(40)]
     pruner = R.build_pruner(name, **hp)
-    kept = pruner(adv, uids, toks, dp_multiple=d, generator=torch.Generator().manual_seed(1))
+    result = pruner(adv, uids, toks, align_to=d, generator=torch.Generator().manual_seed(1))
+    kept = result.kept
     assert kept.dtype == torch.long and kept.tolist() == sorted(set(kept.tolist()))
-    assert len(kept) % d == 0 and {uids[i] for i in kept.tolist()} == set(uids)
-    if name == "none" and d in (1, 4):
+    assert {uids[i] for i in kept.tolist()} == set(uids)
+    if name == "none":
         assert len(kept) == 40
+    else:  # 40 responses always leave enough pruned ones to refill to a multiple of d
+        assert len(kept) % d == 0
+    assert sum(result.final_counts.values()) == len(kept)
     assert repr(pruner).startswith(type(pruner).__name__ + "(")
 
 
@@ -60,6 +65,8 @@ def test_build_pruner_rejects_unknown_and_bad_hyperparameters():
         R.build_pruner("cppo", tau=0.5)
     with pytest.raises(ValueError, match=r"tau = 2 must lie in \[0, 1\]"):
         R.build_pruner("mdap", tau=2)
+    with pytest.raises(ValueError, match=r"rule = 'nearest'"):
+        R.build_pruner("mdap", rule="nearest")
 
 
 def test_policy_losses_and_estimators_are_callable():
@@ -73,8 +80,9 @@ def test_policy_losses_and_estimators_are_callable():
 def test_classes_build_with_config_style_kwargs():
     R.get(R.PROMPT_SELECTORS, "greso")(p_easy=0.5, p_hard=0.5, alpha=0.25, step_size=0.01,
                                         p_min=0.05, p_max=0.95, floor=0.01)
-    R.get(R.ROLLOUT_SCALERS, "ars")(n_init=8, n_min=4, n_max=None, beta=0.5, headroom=1,
+    R.get(R.ROLLOUT_SCALERS, "ars")(n_init=8, rule="retention", n_min=4, n_max=None, beta=0.5, headroom=1,
                                     rho_high=0.9, grow_step=2, per_prompt=False)
+    assert R.get(R.ROLLOUT_SCALERS, "ars")(n_init=8, rule="release", n_floor=2).rule == "release"
     assert R.get(R.ROLLOUT_SCALERS, "fixed")(n=8).n == 8
     assert R.get(R.GROUP_FILTERS, "dapo")(16, max_tries=20).target_groups == 16
     assert R.get(R.GROUP_FILTERS, "none")(16, max_tries=20).target_groups == 16

@@ -13,7 +13,7 @@ from fastrl.algorithms.rollout_scale import AdaptiveRolloutScaler, FixedRolloutS
 
 
 def test_paper_example():
-    s = AdaptiveRolloutScaler(n_init=8)
+    s = AdaptiveRolloutScaler(rule="retention", n_init=8)
     s.observe([3, 5, 4])
     # k̄ = 4, k_max = 5, ρ = 0.5 -> ⌈4 + 0.5 · 1⌉ + 1 = 6
     assert s.end_period() == 6 and s.n == 6
@@ -22,7 +22,7 @@ def test_paper_example():
 
 
 def test_mapping_input_and_several_steps_per_period():
-    s = AdaptiveRolloutScaler(n_init=8)
+    s = AdaptiveRolloutScaler(rule="retention", n_init=8)
     s.observe({"a": 2, "b": 2})
     s.observe({"c": 2, "d": 6})
     # k̄ = 3, k_max = 6: ⌈3 + 1.5⌉ + 1 = 6
@@ -30,7 +30,7 @@ def test_mapping_input_and_several_steps_per_period():
 
 
 def test_growth_when_retention_is_high():
-    s = AdaptiveRolloutScaler(n_init=8, n_max=12)
+    s = AdaptiveRolloutScaler(rule="retention", n_init=8, n_max=12)
     s.observe([8, 7, 7, 8])  # ρ = 7.5 / 8 = 0.9375 >= 0.9
     assert s.end_period() == 10 and s.last_decision["grew"] == 1.0
     s.observe([10] * 3)
@@ -40,22 +40,22 @@ def test_growth_when_retention_is_high():
 
 
 def test_growth_is_capped_at_the_initial_n_by_default():
-    s = AdaptiveRolloutScaler(n_init=8)
+    s = AdaptiveRolloutScaler(rule="retention", n_init=8)
     s.observe([8, 8])
     assert s.end_period() == 8
 
 
 def test_clipping_to_n_min():
-    s = AdaptiveRolloutScaler(n_init=8, n_min=4)
+    s = AdaptiveRolloutScaler(rule="retention", n_init=8, n_min=4)
     s.observe([1, 1, 1])  # ⌈1⌉ + 1 = 2 -> clipped to 4
     assert s.end_period() == 4
-    s2 = AdaptiveRolloutScaler(n_init=8, n_min=2, headroom=0)
+    s2 = AdaptiveRolloutScaler(rule="retention", n_init=8, n_min=2, headroom=0)
     s2.observe([0, 0])  # ⌈0⌉ + 0 = 0 -> never below 2
     assert s2.end_period() == 2
 
 
 def test_empty_period_leaves_n_unchanged():
-    s = AdaptiveRolloutScaler(n_init=8)
+    s = AdaptiveRolloutScaler(rule="retention", n_init=8)
     s.observe([2, 2])
     assert s.end_period() == 4
     assert s.end_period() == 4
@@ -63,13 +63,13 @@ def test_empty_period_leaves_n_unchanged():
 
 
 def test_integer_target_does_not_round_up():
-    s = AdaptiveRolloutScaler(n_init=8, beta=0.1)
+    s = AdaptiveRolloutScaler(rule="retention", n_init=8, beta=0.1)
     s.observe([3, 3, 3, 3, 3, 3, 3, 3, 3, 6])  # k̄ = 3.3, k_max = 6: 3.3 + 0.27 = 3.57 -> 4 + 1
     assert s.end_period() == 5
-    s = AdaptiveRolloutScaler(n_init=10, n_min=2, beta=0.5)
+    s = AdaptiveRolloutScaler(rule="retention", n_init=10, n_min=2, beta=0.5)
     s.observe([4, 6])  # 5 + 0.5 = 5.5 -> 6 + 1
     assert s.end_period() == 7
-    s = AdaptiveRolloutScaler(n_init=10, n_min=2, beta=0.5)
+    s = AdaptiveRolloutScaler(rule="retention", n_init=10, n_min=2, beta=0.5)
     s.observe([3, 3, 6])  # k̄ = 4, + 1 = 5 exactly -> 5 + 1 (no float creep to 7)
     assert s.end_period() == 6
 
@@ -79,7 +79,7 @@ def test_integer_target_does_not_round_up():
 def test_rule_against_reference(n_init, data):
     n_min = data.draw(st.integers(2, n_init))
     beta = data.draw(st.sampled_from([0.0, 0.25, 0.5, 1.0]))
-    s = AdaptiveRolloutScaler(n_init=n_init, n_min=n_min, beta=beta)
+    s = AdaptiveRolloutScaler(rule="retention", n_init=n_init, n_min=n_min, beta=beta)
     for _ in range(3):
         n = s.n
         ks = data.draw(st.lists(st.integers(0, n), min_size=1, max_size=10))
@@ -94,7 +94,7 @@ def test_rule_against_reference(n_init, data):
 
 
 def test_per_prompt_mode():
-    s = AdaptiveRolloutScaler(n_init=8, per_prompt=True)
+    s = AdaptiveRolloutScaler(rule="retention", n_init=8, per_prompt=True)
     assert s.n_for("easy") == 8
     s.observe({"easy": 1, "diverse": 8, "mid": 4})
     s.end_period()
@@ -111,25 +111,25 @@ def test_per_prompt_mode():
 
 
 def test_global_mode_n_for_is_n():
-    s = AdaptiveRolloutScaler(n_init=8)
+    s = AdaptiveRolloutScaler(rule="retention", n_init=8)
     s.observe({"a": 2, "b": 2})
     s.end_period()
     assert s.n_for("a") == s.n_for("zzz") == s.n == 4
 
 
 def test_counts_above_n_are_clipped():
-    s = AdaptiveRolloutScaler(n_init=8)
+    s = AdaptiveRolloutScaler(rule="retention", n_init=8)
     s.observe({"twice": 12, "b": 8})
     s.end_period()
     assert s.last_decision["k_max"] == 8.0
 
 
 def test_state_dict_round_trip():
-    a = AdaptiveRolloutScaler(n_init=8, per_prompt=True)
+    a = AdaptiveRolloutScaler(rule="retention", n_init=8, per_prompt=True)
     a.observe({"x": 2, "y": 7})
     a.end_period()
     a.observe({"x": 3, "z": 1})  # an open period must survive a checkpoint too
-    b = AdaptiveRolloutScaler(n_init=8, per_prompt=True)
+    b = AdaptiveRolloutScaler(rule="retention", n_init=8, per_prompt=True)
     b.load_state_dict(a.state_dict())
     assert b.n == a.n and b.n_for("x") == a.n_for("x") and b.last_decision == a.last_decision
     assert a.end_period() == b.end_period()
@@ -162,7 +162,7 @@ def test_fixed_scaler_interface():
 )
 def test_bad_construction(kwargs, match):
     with pytest.raises(ValueError, match=match):
-        AdaptiveRolloutScaler(**kwargs)
+        AdaptiveRolloutScaler(rule="retention", **kwargs)
 
 
 def test_bad_counts():
@@ -171,3 +171,100 @@ def test_bad_counts():
         s.observe({"a": -1})
     with pytest.raises(ValueError, match=r"kept count #0 = 2.5"):
         s.observe([2.5])
+
+
+# ------------------------------------------------------------------ the released rule
+def ref_release(stats, progresses, n0, floor=2):
+    """docs/algorithms.md, ARS released rule, read literally: periods of (f1, f2) lists -> n after each."""
+    f3 = g1 = None
+    out = []
+    for period, a in zip(stats, progresses):
+        if period:
+            m1 = sum(f for f, _ in period) / len(period)
+            m2 = sum(f for _, f in period) / len(period)
+            f3 = a * m1 + (1 - a) * m2
+            if g1 is None:
+                g1 = (m1 + m2) / 2
+        n = n0 if f3 is None or g1 is None or not f3 < g1 else max(round(min(n0 - (g1 - f3), n0)), floor)
+        out.append(n)
+    return out
+
+
+def test_default_rule_is_release():
+    from fastrl.algorithms.rollout_scale import ReleaseRolloutScaler, RetentionRolloutScaler
+
+    assert isinstance(AdaptiveRolloutScaler(n_init=8), ReleaseRolloutScaler)
+    assert isinstance(AdaptiveRolloutScaler(n_init=8, rule="retention"), RetentionRolloutScaler)
+    with pytest.raises(ValueError, match="rule"):
+        AdaptiveRolloutScaler(n_init=8, rule="fancy")
+    with pytest.raises(TypeError):
+        AdaptiveRolloutScaler(n_init=8, n_min=4)  # a retention option given to the release rule
+
+
+def test_release_steady_statistics_hand_case():
+    # mean 3, max 6 every step; 12 periods of 1 step each: g1 = 4.5 after the first, f3 = 6 - 3a;
+    # f3 < g1 from a > 1/2: n = round(8 - (4.5 - f3)) = round(9.5 - 3a): a = 7/12 -> 7.75 -> 8,
+    # 8/12 -> 7.5 -> 8 (half to even), 9/12 -> 7.25 -> 7, ..., 12/12 -> 6.5 -> 6.
+    s = AdaptiveRolloutScaler(n_init=8)
+    got = []
+    for e in range(1, 13):
+        s.observe({"a": 6, "b": 0})
+        got.append(s.end_period(e / 12))
+    assert got == [8, 8, 8, 8, 8, 8, 8, 8, 7, 7, 7, 6]
+    assert s.g1 == 4.5 and s.last_decision["f3"] == 3.0 and s.last_decision["n_next"] == 6.0
+
+
+def test_release_g1_is_set_once_and_empty_periods_change_nothing():
+    s = AdaptiveRolloutScaler(n_init=8)
+    assert s.end_period(0.1) == 8 and s.g1 is None and s.f3 is None  # nothing observed yet
+    s.observe([2, 2])
+    s.end_period(0.5)
+    assert s.g1 == 2.0 and s.f3 == 2.0
+    s.observe([1, 1])
+    assert s.end_period(0.9) == 7  # f3 = 1 < g1 = 2: 8 - 1
+    assert s.g1 == 2.0
+    assert s.end_period(1.0) == 7  # empty period: f3 and g1 keep their values
+    assert s.last_decision["num_observations"] == 0.0
+
+
+def test_release_floor():
+    s = AdaptiveRolloutScaler(n_init=4)
+    s.observe([8, 8])
+    s.end_period(0.0)  # g1 = 8
+    s.observe([1, 1])
+    assert s.end_period(1.0) == 2  # 4 - 7 -> floor 2
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.integers(2, 12), st.data())
+def test_release_against_reference(n0, data):
+    periods = data.draw(st.lists(st.lists(st.lists(st.integers(0, 16), min_size=1, max_size=5), max_size=4),
+                                 min_size=1, max_size=8))
+    progresses = sorted(data.draw(st.lists(st.floats(0, 1), min_size=len(periods), max_size=len(periods))))
+    s = AdaptiveRolloutScaler(n_init=n0)
+    got = []
+    stats = []
+    for period, a in zip(periods, progresses):
+        for counts in period:
+            s.observe(counts)
+        stats.append([(sum(c) / len(c), max(c)) for c in period])
+        got.append(s.end_period(a))
+        assert 2 <= s.n <= n0
+    assert got == ref_release(stats, progresses, n0)
+
+
+def test_release_state_dict_round_trip():
+    a = AdaptiveRolloutScaler(n_init=8)
+    a.observe([3, 6])
+    a.end_period(0.2)
+    a.observe([1, 2])  # an open period travels with the checkpoint
+    b = AdaptiveRolloutScaler(n_init=8)
+    b.load_state_dict(a.state_dict())
+    assert a.end_period(0.9) == b.end_period(0.9) and a.state_dict() == b.state_dict()
+    with pytest.raises(ValueError, match="release"):
+        b.load_state_dict(AdaptiveRolloutScaler(n_init=8, rule="retention").state_dict())
+
+
+def test_release_end_period_needs_progress():
+    with pytest.raises(ValueError, match="progress"):
+        AdaptiveRolloutScaler(n_init=8).end_period()
