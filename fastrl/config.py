@@ -39,6 +39,13 @@ class ModelConfig:
     num_kv_heads: int = 2
     intermediate_size: int = 256
     dtype: str = "float32"  # float32 | bfloat16
+    # auto = cuda when torch.cuda.is_available(), else cpu (fastrl.models.device.resolve_device);
+    # the policy, its reference, SFT, HF generation and evaluation all use it.
+    device: str = "auto"  # auto | cpu | cuda
+    # Image resize of paper-scale VL models, as qwen-vl-utils' fetch_image (defaults: the released
+    # config's). The tiny VL stand-ins keep the fixed image size they were built with.
+    min_pixels: int = 262144
+    max_pixels: int = 4194304
     sft_steps: int = 600
     sft_lr: float = 3e-3
     sft_batch_size: int = 32
@@ -50,6 +57,10 @@ class ModelConfig:
         # Mirrors fastrl.models.builders.KINDS (not imported: config stays free of torch/transformers).
         _check_choice("model.kind", self.kind, ("qwen2", "llama", "qwen2_5_vl"))
         _check_choice("model.dtype", self.dtype, ("float32", "bfloat16"))
+        _check_choice("model.device", self.device, ("auto", "cpu", "cuda"))  # = models.device.DEVICE_CHOICES
+        if not 0 < self.min_pixels <= self.max_pixels:
+            raise ConfigError(f"model.min_pixels = {self.min_pixels} and model.max_pixels = {self.max_pixels}: "
+                              "need 0 < min_pixels <= max_pixels")
 
 
 @dataclass
@@ -100,12 +111,17 @@ class RolloutConfig:
 @dataclass
 class MDAPConfig:
     tau: float = 0.8
-    adv_eps: float | None = None  # None: group equal advantages; float: continuous rewards
+    # release: keep a bucket member iff its Jaccard similarity to the bucket's seed is < 1 - tau
+    # (the authors' released code); greedy: prune iff within tau of any kept member (our earlier reading).
+    # Buckets are advantages rounded to 4 decimals for discrete and continuous rewards alike.
+    rule: str = "release"
 
 
 @dataclass
 class CPPOConfig:
     prune_rate: float = 0.5
+    # As released, CPPO computes old/ref log-probs on the full batch and prunes after; true prunes first.
+    prune_first: bool = False
 
 
 @dataclass
@@ -115,6 +131,10 @@ class RandomPruneConfig:
 
 @dataclass
 class ARSConfig:
+    # release: n = n0 - (g1 - f3) while f3 < g1 (the authors' released code); retention: our earlier
+    # reading (n_min, n_max, beta, headroom, rho_high, grow_step, per_prompt apply to it only).
+    rule: str = "release"
+    n_floor: int = 2  # release: n never goes below this
     n_min: int = 4
     n_max: int | None = None  # None: the initial n
     beta: float = 0.5
@@ -172,6 +192,8 @@ class AlgorithmConfig:
         _check_choice("algorithm.rollout_scaler", self.rollout_scaler, ("fixed", "ars"))
         _check_choice("algorithm.policy_loss", self.policy_loss, ("ppo_clip", "gspo", "gspo_token"))
         _check_choice("algorithm.kl_kind", self.kl_kind, ("k1", "k2", "k3"))
+        _check_choice("algorithm.mdap.rule", self.mdap.rule, ("release", "greedy"))
+        _check_choice("algorithm.ars.rule", self.ars.rule, ("release", "retention"))
         if not 0.0 <= self.mdap.tau <= 1.0:
             raise ConfigError(f"algorithm.mdap.tau = {self.mdap.tau} must lie in [0, 1]")
         if self.kl_coef < 0:
@@ -184,11 +206,15 @@ class TrainerConfig:
     seed: int = 1
     total_steps: int = 20
     prompts_per_step: int = 16  # rollout batch B (global, over all ranks)
-    # fixed_updates: exactly updates_per_step optimizer steps, kept set split evenly (App. C.1).
-    # fixed_minibatch: mini-batches of mini_batch_size trajectories (Table 1 setting).
-    update_mode: str = "fixed_updates"
+    # fixed_minibatch: mini-batches of mini_batch_size / mini_batch_divisor trajectories (every
+    # released script). fixed_updates: exactly updates_per_step optimizer steps (App. C.1, low lag).
+    update_mode: str = "fixed_minibatch"
     updates_per_step: int = 1
+    # The GRPO-family actor global batch in trajectories (paper: 64 prompts x n0 8 = 512). FastRL
+    # methods set mini_batch_divisor 4 (released: 16 prompts x 8 = 128), so every scale keeps 4:1.
+    # MDAP refills the kept count to a multiple of the effective mini-batch (docs/algorithms.md).
     mini_batch_size: int = 64
+    mini_batch_divisor: int = 1
     micro_batch_size: int = 16  # trajectories per forward/backward, per rank
     lr: float = 1e-4
     weight_decay: float = 0.0
@@ -209,9 +235,17 @@ class TrainerConfig:
         if self.zero_stage not in (0, 1, 2, 3):
             raise ConfigError(f"trainer.zero_stage = {self.zero_stage}: choose 0, 1, 2 or 3")
         for key in ("total_steps", "prompts_per_step", "updates_per_step", "mini_batch_size",
-                    "micro_batch_size"):
+                    "mini_batch_divisor", "micro_batch_size"):
             if getattr(self, key) < 1:
                 raise ConfigError(f"trainer.{key} = {getattr(self, key)} must be >= 1")
+        if self.mini_batch_size % self.mini_batch_divisor:
+            raise ConfigError(f"trainer.mini_batch_size = {self.mini_batch_size} is not divisible by "
+                              f"trainer.mini_batch_divisor = {self.mini_batch_divisor}")
+
+    @property
+    def effective_mini_batch(self) -> int:
+        """Trajectories per optimizer step in fixed_minibatch mode."""
+        return self.mini_batch_size // self.mini_batch_divisor
 
 
 @dataclass

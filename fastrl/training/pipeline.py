@@ -21,6 +21,7 @@ from typing import Any, Sequence
 import numpy as np
 import torch
 
+from fastrl.algorithms.pruning import PruneResult
 from fastrl.config import FastRLConfig, save_config, to_dict
 from fastrl.data.schema import Record
 from fastrl.rollout.base import PromptInput, Response, SamplingConfig
@@ -97,11 +98,24 @@ class Trainer:
         return out
 
     # ------------------------------------------------------------------ stages
-    def select_prompts(self, records: list[Record]) -> list[Record]:
+    def select_prompts(self, count: int) -> tuple[list[Record], int]:
+        """``count`` prompts the selector accepts, drawing further prompts for the ones it skips
+        (GRESO's own trainer refills: a step never shrinks). Returns (prompts, prompts drawn)."""
         g = torch.Generator().manual_seed(self.cfg.trainer.seed * 7919 + self.state.step)
-        mask = self.components.prompt_selector.select([r.uid for r in records], g)
-        chosen = [r for r, keep in zip(records, mask) if keep]
-        return chosen or records[:1]  # never an empty step
+        chosen: list[Record] = []
+        drawn = 0
+        limit = _MAX_DRAWS_PER_PROMPT * count
+        while len(chosen) < count:
+            if drawn >= limit:
+                raise TrainingError(
+                    f"the prompt selector {self.cfg.algorithm.prompt_selector!r} accepted {len(chosen)} of {drawn} "
+                    f"prompts drawn at step {self.state.step}; raise algorithm.greso.floor "
+                    f"(now {self.cfg.algorithm.greso.floor}) or use more training prompts")
+            records = self.next_records(count - len(chosen))
+            drawn += len(records)
+            mask = self.components.prompt_selector.select([r.uid for r in records], g)
+            chosen.extend(r for r, keep in zip(records, mask) if keep)
+        return chosen, drawn
 
     def generate(self, records: list[Record], timer: StageTimer) -> RolloutBatch:
         """Rollout for the given prompts (sharded over ranks), then all-gathered, then rewarded."""
@@ -145,27 +159,49 @@ class Trainer:
     def rollout_with_filter(self, timer: StageTimer) -> tuple[RolloutBatch, dict[str, float]]:
         """Select prompts, roll out, reward; with DAPO, regenerate until the batch is full."""
         buffer = self.components.new_group_buffer(self.cfg.trainer.prompts_per_step)
-        prompts_seen = 0
+        prompts_seen = prompts_drawn = 0
         while not buffer.full:
-            records = self.select_prompts(self.next_records(self.cfg.trainer.prompts_per_step))
+            records, drawn = self.select_prompts(self.cfg.trainer.prompts_per_step)
             prompts_seen += len(records)
+            prompts_drawn += drawn
             batch = self.generate(records, timer)
             self.components.prompt_selector.record_groups(_accuracy_groups(batch))
             groups = batch.group_indices()
             buffer.add(batch.accuracies, batch.uids, payloads={u: batch.select(i) for u, i in groups.items()})
         batch = RolloutBatch.concat([part for _, part in buffer.take()])
-        return batch, {"rollout/tries": float(buffer.tries), "rollout/prompts_seen": float(prompts_seen)}
+        return batch, {"rollout/tries": float(buffer.tries), "rollout/prompts_seen": float(prompts_seen),
+                       "rollout/prompts_drawn": float(prompts_drawn)}
 
     def compute_advantages(self, batch: RolloutBatch) -> None:
         batch.advantages = self.components.advantage(batch.rewards, batch.uids)
 
-    def prune(self, batch: RolloutBatch) -> torch.Tensor:
-        d = dist.world_size() * self.cfg.trainer.micro_batch_size
-        d = _usable_multiple(len(batch), d, dist.world_size())
+    def align_to(self) -> int:
+        """MDAP's refill unit d: the optimizer mini-batch in trajectories (fixed_minibatch, as the
+        release), or world x micro-batch in fixed_updates mode (the kept set is split evenly)."""
+        t = self.cfg.trainer
+        if t.update_mode == "fixed_minibatch":
+            return t.effective_mini_batch
+        return dist.world_size() * t.micro_batch_size
+
+    def prune(self, batch: RolloutBatch) -> PruneResult:
         g = torch.Generator().manual_seed(self.cfg.trainer.seed * 104_729 + self.state.step)
-        return self.components.pruner(
-            batch.advantages, batch.uids, batch.response_ids, dp_multiple=d, generator=g
+        result = self.components.pruner(
+            batch.advantages, batch.uids, batch.response_ids, align_to=self.align_to(), generator=g
         )
+        world = dist.world_size()
+        if len(result.kept) % world:
+            raise TrainingError(
+                f"step {self.state.step}: {len(result.kept)} kept responses cannot be split over {world} ranks "
+                f"(the batch of {len(batch)} had too few pruned responses to refill to a multiple of "
+                f"{self.align_to()}); use trainer.prompts_per_step and rollout.n whose product is a multiple "
+                f"of the world size")
+        return result
+
+    def prune_first(self) -> bool:
+        """Prune before the old/ref log-prob passes exactly when the release does: KL is a loss
+        term here (or absent), so only CPPO keeps its released order (full batch, then prune)."""
+        a = self.cfg.algorithm
+        return a.pruner != "cppo" or a.cppo.prune_first
 
     # ------------------------------------------------------------------ one step
     def train_step(self) -> dict[str, Any]:
@@ -181,6 +217,7 @@ class Trainer:
         return {
             **rollout_metrics,
             **self._batch_metrics(batch, kept, n_before),
+            **self._prune_metrics,
             **learn_metrics,
             **scaler_metrics,
             **self._reward_stats,
@@ -196,24 +233,45 @@ class Trainer:
         cfg = self.cfg
         with timer.stage("adv"):
             self.compute_advantages(batch)
-        with timer.stage("prune"):
-            kept = batch.select(self.prune(batch))
         rank, world = dist.rank(), dist.world_size()
+        mb_size = cfg.trainer.micro_batch_size
+        pad = self.policy.pad_id
+        full_old = full_ref = None
+        if not self.prune_first():
+            # CPPO as released: old/ref log-probs of the whole batch (each rank a shard, then
+            # gathered), pruning after; only the selected rows are used.
+            shard_all = list(range(rank, len(batch), world))
+            with timer.stage("old_log_prob"):
+                full_old = _gather_logprobs(compute_logprobs(
+                    self.policy.actor.module, batch, shard_all, micro_batch_size=mb_size, pad_id=pad))
+            if self.policy.reference is not None:
+                with timer.stage("ref"):
+                    full_ref = _gather_logprobs(compute_logprobs(
+                        self.policy.reference, batch, shard_all, micro_batch_size=mb_size, pad_id=pad))
+        with timer.stage("prune"):
+            result = self.prune(batch)
+            kept_index = result.kept.tolist()
+            kept = batch.select(kept_index)
+        self._prune_metrics = result.metrics(len(batch))
+        self._final_counts = result.final_counts
         g = torch.Generator().manual_seed(cfg.trainer.seed * 15_485_863 + self.state.step)
         minibatches = plan_minibatches(
             len(kept), mode=cfg.trainer.update_mode, updates_per_step=cfg.trainer.updates_per_step,
-            mini_batch_size=cfg.trainer.mini_batch_size, world=world, generator=g,
+            mini_batch_size=cfg.trainer.effective_mini_batch, world=world, generator=g,
         )
         mine = sorted(i for mb in minibatches for i in mb[rank::world])
-        mb_size = cfg.trainer.micro_batch_size
-        pad = self.policy.pad_id
-        with timer.stage("old_log_prob"):
-            old = compute_logprobs(self.policy.actor.module, kept, mine, micro_batch_size=mb_size, pad_id=pad)
-        probs_diff = rollout_probs_diff(kept, old)
         ref = None
-        if self.policy.reference is not None:
-            with timer.stage("ref"):
-                ref = compute_logprobs(self.policy.reference, kept, mine, micro_batch_size=mb_size, pad_id=pad)
+        if full_old is not None:
+            old = {i: full_old[kept_index[i]] for i in mine}
+            if full_ref is not None:
+                ref = {i: full_ref[kept_index[i]] for i in mine}
+        else:
+            with timer.stage("old_log_prob"):
+                old = compute_logprobs(self.policy.actor.module, kept, mine, micro_batch_size=mb_size, pad_id=pad)
+            if self.policy.reference is not None:
+                with timer.stage("ref"):
+                    ref = compute_logprobs(self.policy.reference, kept, mine, micro_batch_size=mb_size, pad_id=pad)
+        probs_diff = rollout_probs_diff(kept, old)
         with timer.stage("update_actor"):
             actor_metrics = update_policy(
                 self.policy.actor, kept, minibatches, old, ref,
@@ -236,12 +294,10 @@ class Trainer:
             )
 
     def update_statistics(self, batch: RolloutBatch, kept: RolloutBatch) -> dict[str, float]:
-        """ARS observes kept counts per question; periods end every period_steps or each epoch."""
+        """ARS observes the per-question final counts (kept + refill) of the step, in the period
+        the step ran in; periods end every period_steps or at each epoch boundary."""
         scaler = self.components.rollout_scaler
-        counts: dict[str, int] = {uid: 0 for uid in batch.uids}
-        for uid in kept.uids:
-            counts[uid] += 1
-        scaler.observe(counts)
+        scaler.observe(self._final_counts)
         period = self.cfg.algorithm.ars.period_steps
         ended = (
             (period > 0 and self.state.step - self.state.period_start_step >= period)
@@ -249,7 +305,7 @@ class Trainer:
         )
         out: dict[str, float] = {}
         if ended:
-            scaler.end_period()
+            scaler.end_period(min(self.state.step / self.cfg.trainer.total_steps, 1.0))
             self.state.period_start_step = self.state.step
             self.state.period_start_epoch = self.state.epoch
             decision = getattr(scaler, "last_decision", None) or {}
@@ -388,11 +444,18 @@ def _accuracy_groups(batch: RolloutBatch) -> dict[str, list[float]]:
     return {uid: [float(batch.accuracies[i]) for i in idx] for uid, idx in batch.group_indices().items()}
 
 
-def _usable_multiple(total: int, d: int, world: int) -> int:
-    """The data-parallel multiple, shrunk (to a multiple of world) when the batch is smaller than d."""
-    while d > world and d > total:
-        d //= 2
-    return max(world, d - d % world)
+def _gather_logprobs(local: dict[int, torch.Tensor]) -> dict[int, torch.Tensor]:
+    """Every rank's {index: log-probs} merged (a no-op on one rank)."""
+    if dist.world_size() == 1:
+        return local
+    merged: dict[int, torch.Tensor] = {}
+    for part in dist.all_gather_object({i: t.cpu() for i, t in local.items()}):
+        merged.update(part)
+    return merged
+
+
+# GRESO refill: give up (with an error) after drawing this many prompts per prompt needed.
+_MAX_DRAWS_PER_PROMPT = 100
 
 
 def _progress(total: int, initial: int, *, enabled: bool, desc: str):
