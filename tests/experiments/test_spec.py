@@ -64,7 +64,7 @@ def test_variant_overrides_reach_the_config(tmp_path):
     assert cfg.trainer.updates_per_step == 16 and cfg.trainer.update_mode == "fixed_updates"
     g = next(r for r in build_runs("table8", "paper", [1], tmp_path) if r.variant == "fastrl")
     cfg = load_config(g.config, list(g.overrides), scale="paper")
-    assert cfg.algorithm.mdap.adv_eps == 1e-4 and cfg.data.reward == "grounding_iou"
+    assert cfg.algorithm.mdap.rule == "release" and cfg.data.reward == "grounding_iou"
 
 
 def test_paper_scale_uses_the_papers_models_and_batches(tmp_path):
@@ -74,7 +74,7 @@ def test_paper_scale_uses_the_papers_models_and_batches(tmp_path):
     models = {load_config(r.config, list(r.overrides), scale="paper").model.path for r in runs}
     assert models == {"Qwen/Qwen2.5-VL-3B-Instruct", "Qwen/Qwen2.5-VL-7B-Instruct"}
     fast = next(r for r in runs if r.variant == "fastrl")
-    assert load_config(fast.config, list(fast.overrides), scale="paper").trainer.mini_batch_size == 128
+    assert load_config(fast.config, list(fast.overrides), scale="paper").trainer.effective_mini_batch == 128
     assert all(r.gpus == 4 for r in runs)
 
 

@@ -22,6 +22,7 @@ def _run(tmp_path: Path, method: str, *overrides: str) -> tuple[dict, list[dict]
 @pytest.mark.parametrize("method", METHODS)
 def test_every_method_trains_at_smoke_scale(tmp_path, method):
     summary, rows = _run(tmp_path, method)
+    cfg = load_config(f"methods/{method}.yaml", scale="smoke")
     steps = [r for r in rows if "timing_s/step" in r]
     assert len(steps) == 2 and summary["steps"] == 2
     for r in steps:
@@ -29,10 +30,11 @@ def test_every_method_trains_at_smoke_scale(tmp_path, method):
             assert f"timing_s/{s}" in r
         assert r["tokens/generated"] > 0 and 0 < r["tokens/trained"] <= r["tokens/generated"]
         assert 0 < r["prune/kept_fraction"] <= 1
-        assert r["prune/kept"] % 2 == 0  # aligned to world size x micro-batch (1 x 2 at smoke scale)
+        # refilled to a multiple of the optimizer mini-batch (or everything kept)
+        assert r["prune/kept"] % cfg.trainer.effective_mini_batch == 0 or r["prune/kept_fraction"] == 1
     assert 0.0 <= summary["acc_after"] <= 1.0
     assert (tmp_path / method / "config.yaml").exists()
-    if method in ("fastrl", "fastrl_dapo", "fastrl_gspo", "fastrl_no_ars"):
+    if cfg.algorithm.pruner == "mdap":
         assert any(r["prune/kept_fraction"] < 1 for r in steps)  # MDAP pruned something
     else:
         assert all(r["prune/kept_fraction"] == 1 for r in steps) or method == "cppo"
@@ -46,6 +48,18 @@ def test_reference_model_only_when_kl_is_on(tmp_path):
 
 
 def test_ars_changes_n_from_pruning_history(tmp_path):
-    _, rows = _run(tmp_path, "fastrl", "trainer.total_steps=3", "algorithm.mdap.tau=1.0")
+    _, rows = _run(tmp_path, "fastrl", "trainer.total_steps=3", "algorithm.mdap.tau=1.0",
+                   "algorithm.ars.rule=retention")
     ns = [r["rollout/n"] for r in rows if "rollout/n" in r]
     assert ns[0] == 4 and any("ars/n_next" in r for r in rows)
+
+
+def test_released_ars_logs_its_statistics_every_period(tmp_path):
+    _, rows = _run(tmp_path, "fastrl", "trainer.total_steps=3")
+    periods = [r for r in rows if "ars/n_next" in r]
+    assert len(periods) == 3  # smoke: one period per step
+    assert all(k in periods[-1] for k in ("ars/f1", "ars/f2", "ars/f3", "ars/g1", "ars/progress"))
+    assert periods[0]["ars/g1"] == (periods[0]["ars/f1"] + periods[0]["ars/f2"]) / 2
+    assert all(r["ars/g1"] == periods[0]["ars/g1"] for r in periods)  # set once
+    steps = [r for r in rows if "timing_s/step" in r]
+    assert all(s["ars/f1"] == s["prune/count_mean"] and s["ars/f2"] == s["prune/count_max"] for s in steps)
