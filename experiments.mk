@@ -10,7 +10,9 @@
 #   make table1 JOBS=1               one run at a time (default at mini: one run per CPU core)
 #
 # Every target prints how long it will take before it starts, reuses finished runs, then writes
-# paper_figures/generated/<target>.csv and .md (paper numbers beside measured ones).
+# paper_figures/generated/<SCALE>/<target>.csv and .md (paper numbers beside measured ones) and
+# run_metadata/<target>.jsonl there; only generated/mini/ is committed.
+#   make table1 EXP_FLAGS=--from-metadata   rebuild a table from generated/<SCALE>/run_metadata/ (no training)
 
 SCALE ?= mini
 SEEDS ?=

@@ -4,7 +4,7 @@ Each script runs on the real samples in ``../shared/data`` where they exist (Geo
 InterGPS examples, MATH-500, AIME 2024/2025, MathVision testmini) and on small generated rows with
 the exact hub schema where they do not (GeoQA8K-R1V, MathVista, MathVerse, WeMath, RefCOCO).
 Outputs: ``data/prepared/<dataset>_<split>.parquet`` (+ ``.stats.json``; the folder is git-ignored
-through its own ``.gitignore``) and ``paper_figures/generated/table6.{csv,md}`` — statistics of
+through its own ``.gitignore``) and ``paper_figures/generated/mini/table6.{csv,md}`` — statistics of
 these offline inputs (``source = measured``), not of the full datasets.
 """
 
@@ -81,7 +81,8 @@ def write_table6(results: Sequence[tuple[PrepResult, str]], table_dir: Path) -> 
 def main(argv: Sequence[str] | None = None) -> None:
     p = argparse.ArgumentParser(prog="python -m data_prep.all", description=__doc__.splitlines()[0])
     p.add_argument("--out", type=Path, default=REPO_ROOT / "data" / "prepared")
-    p.add_argument("--table-dir", type=Path, default=REPO_ROOT / "paper_figures" / "generated")
+    # the committed scale directory (the statistics do not depend on scale; experiments.collect.generated_dir)
+    p.add_argument("--table-dir", type=Path, default=REPO_ROOT / "paper_figures" / "generated" / "mini")
     args = p.parse_args(argv)
     run_all(args.out, args.table_dir)
     print(f"wrote {args.table_dir / 'table6.csv'} and table6.md")

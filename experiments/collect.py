@@ -1,10 +1,18 @@
-"""Collectors: run logs -> ``paper_figures/generated/<target>.csv`` and ``.md``.
+"""Collectors: run logs -> ``paper_figures/generated/<scale>/<target>.csv`` and ``.md``.
+
+Every generated file is keyed by scale (``generated_dir``): a run at one scale never overwrites
+another scale's tables, figures or run metadata. Only ``generated/mini/`` is committed (the scale
+the README cites); ``generated/smoke/`` and ``generated/paper/`` are git-ignored.
 
 Every output row is one (source, method, dataset, model, metric) cell in long format:
 
 - ``source = paper``: a number from ``paper_figures/paper_numbers.csv`` (and nothing else);
 - ``source = measured``: mean and sample std over the seeds that finished, with the seeds, the
-  scale, the stand-ins used and the run directories.
+  scale, the stand-ins used and the run directories;
+- paired rows (``source = measured``; ``paired_rows``): per seed, the method against the baseline
+  trained with the same seed -- ``d_<metric>_vs_<ref>`` (method − ref, in points) and
+  ``speedup_vs_<ref>_ci95`` (ref time / method time) -- with a 95 % Student-t interval in
+  ``ci95_low`` / ``ci95_high`` ("n/a" with fewer than 2 paired seeds; see experiments.stats).
 
 The markdown pivots the same rows into one table per target, paper and measured rows side by
 side; a cell the paper does not give is "—" and the legend says so.
@@ -16,20 +24,37 @@ import csv
 import math
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Sequence
 
 import numpy as np
 
 from experiments.logs import RunSummary, is_finished, summarize
-from experiments.spec import RunSpec
+from experiments.spec import SCALES, RunSpec
+from experiments.stats import NA, paired_values, t_interval
+
+if TYPE_CHECKING:
+    from experiments.export import RunRecords
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 PAPER_NUMBERS = REPO_ROOT / "paper_figures" / "paper_numbers.csv"
-GENERATED_DIR = REPO_ROOT / "paper_figures" / "generated"
+# Root of everything `make <target>` writes; the files themselves go to GENERATED_ROOT/<scale>/.
+GENERATED_ROOT = REPO_ROOT / "paper_figures" / "generated"
+COMMITTED_SCALE = "mini"  # the scale whose generated files are committed and cited by the READMEs
 PAPER_COLUMNS = ("table", "dataset", "model", "method", "metric", "value", "unit", "note")
-COLUMNS = ("target", "source", "method", "dataset", "model", "metric", "value", "std", "unit", "n_seeds",
-           "seeds", "scale", "data_used", "model_used", "run_dirs", "note")
+COLUMNS = ("target", "source", "method", "dataset", "model", "metric", "value", "std", "ci95_low", "ci95_high",
+           "unit", "n_seeds", "seeds", "scale", "data_used", "model_used", "run_dirs", "note")
 MISSING = "—"  # a cell the paper does not give (PAPER.md has no number for it)
+# Accuracy-like metrics (in %) compared per seed against a reference method: d_<metric>_vs_<ref>.
+PAIRED_METRICS: tuple[str, ...] = ("in_domain_acc", "ood_avg", "avg_acc", "avg_at_16", "pass_at_16", "peak_acc",
+                                   "final_acc")
+
+
+def generated_dir(scale: str, root: Path | None = None) -> Path:
+    """Where a target run at ``scale`` writes its tables, figures and run metadata:
+    ``<root>/<scale>/`` (root: ``paper_figures/generated``)."""
+    if scale not in SCALES:
+        raise ValueError(f"scale {scale!r}: choose one of {SCALES}")
+    return (GENERATED_ROOT if root is None else Path(root)) / scale
 
 # metric -> unit of the measured value
 UNITS: dict[str, str] = {
@@ -44,6 +69,10 @@ UNITS: dict[str, str] = {
 def unit_of(metric: str) -> str:
     if metric in UNITS:
         return UNITS[metric]
+    if metric.startswith("d_"):
+        return "points"
+    if metric.startswith("speedup_") and metric.endswith("_ci95"):
+        return "x"
     if metric.startswith(("ood/", "avg@", "pass@")):
         return "%"
     return ""
@@ -59,6 +88,9 @@ class Row:
     metric: str
     value: float | str
     std: float | None = None
+    # paired rows: the 95 % t-interval of the mean (NA with fewer than 2 paired seeds); else None
+    ci95_low: float | str | None = None
+    ci95_high: float | str | None = None
     unit: str = ""
     n_seeds: int | None = None
     seeds: str = ""
@@ -70,7 +102,7 @@ class Row:
 
     def as_dict(self) -> dict[str, Any]:
         d = {c: getattr(self, c) for c in COLUMNS}
-        for k in ("value", "std"):
+        for k in ("value", "std", "ci95_low", "ci95_high"):
             v = d[k]
             d[k] = "" if v is None or (isinstance(v, float) and math.isnan(v)) else v
         d["n_seeds"] = "" if self.n_seeds is None else self.n_seeds
@@ -125,13 +157,21 @@ class Cell:
         return sorted(self.summaries)
 
 
-def gather(specs: Iterable[RunSpec]) -> dict[tuple[str, str, str], Cell]:
-    """Group specs by (dataset, model, variant) and summarise the finished runs."""
+def gather(specs: Iterable[RunSpec], records: "RunRecords | None" = None) -> dict[tuple[str, str, str], Cell]:
+    """Group specs by (dataset, model, variant) and summarise the finished runs.
+
+    ``records``: summaries from committed run metadata (``experiments.export.load_records``)
+    instead of the run directories -- for ``--from-metadata``, where ``runs/`` is not there.
+    """
     cells: dict[tuple[str, str, str], Cell] = {}
     for s in specs:
         cell = cells.setdefault((s.dataset, s.model, s.variant), Cell([], {}))
         cell.specs.append(s)
-        if is_finished(s.run_dir):
+        if records is not None:
+            summary = records.summary(s)
+            if summary is not None:
+                cell.summaries[s.seed] = summary
+        elif is_finished(s.run_dir):
             cell.summaries[s.seed] = summarize(s.run_dir)
     return cells
 
@@ -182,23 +222,31 @@ def grid_rows(
     baseline: str | None,
     rename: dict[str, str] | None = None,
     extra: Callable[[Cell], dict[int, dict[str, float]]] | None = None,
+    paired_refs: Sequence[str] | None = None,
+    records: "RunRecords | None" = None,
 ) -> list[Row]:
     """Measured rows of a grid table: per (setting, variant), each metric's mean ± std over seeds.
 
     ``speedup_vs_<baseline>``: per seed, baseline training time / this variant's training time
     (both the sum of timing_s/step), over the seeds both finished. ``extra(cell)`` adds
-    per-seed metrics (e.g. eval results).
+    per-seed metrics (e.g. eval results). Paired rows (``paired_rows``) against each of
+    ``paired_refs`` (default: the baseline); the speedup interval only against the baseline.
     """
     rename = rename or {}
-    cells = gather(specs)
+    refs = list(paired_refs) if paired_refs is not None else ([baseline] if baseline else [])
+    cells = gather(specs, records)
+    per_cell: dict[tuple[str, str, str], dict[int, dict[str, float]]] = {}
+    for key, cell in cells.items():
+        per_seed = {seed: run_metrics(s) for seed, s in cell.summaries.items()}
+        if extra is not None and cell.summaries:
+            for seed, m in extra(cell).items():
+                per_seed.setdefault(seed, {}).update(m)
+        per_cell[key] = per_seed
     rows: list[Row] = []
     for (ds, md, variant), cell in cells.items():
         if not cell.summaries:
             continue
-        per_seed = {seed: run_metrics(s) for seed, s in cell.summaries.items()}
-        if extra is not None:
-            for seed, m in extra(cell).items():
-                per_seed.setdefault(seed, {}).update(m)
+        per_seed = per_cell[(ds, md, variant)]
         metrics = sorted({k for m in per_seed.values() for k in m})
         for metric in metrics:
             vals = {seed: m[metric] for seed, m in per_seed.items() if metric in m}
@@ -210,6 +258,62 @@ def grid_rows(
                 ratios = {k: base[k].train_time_s / cell.summaries[k].train_time_s for k in common}
                 rows.append(_measured(target, cell, f"speedup_vs_{baseline}", ratios,
                                       note=f"{baseline} time / this time, paired by seed"))
+        for ref in refs:
+            if ref == variant or (ds, md, ref) not in cells or not cells[(ds, md, ref)].summaries:
+                continue
+            rows += paired_rows(target, cell, per_seed, per_cell[(ds, md, ref)], ref=ref, rename=rename,
+                                speedup=ref == baseline)
+    return rows
+
+
+def _interval_row(target: str, cell: Cell, metric: str, values: dict[int, float], note: str) -> Row:
+    """A paired row: mean of the per-seed values with its 95 % t-interval (NA when n < 2)."""
+    iv = t_interval([values[k] for k in sorted(values)])
+    row = _measured(target, cell, metric, values, note=note, missing="not paired (this run or the reference's did not finish)")
+    row.value, row.std = iv.mean, iv.std
+    row.ci95_low, row.ci95_high = (iv.low, iv.high) if iv.defined else (NA, NA)
+    return row
+
+
+def paired_rows(
+    target: str,
+    cell: Cell,
+    per_seed: dict[int, dict[str, float]],
+    ref_per_seed: dict[int, dict[str, float]],
+    *,
+    ref: str,
+    rename: dict[str, str] | None = None,
+    speedup: bool = True,
+    metrics: Sequence[str] = PAIRED_METRICS,
+    time_metric: str = "train_time_s",
+) -> list[Row]:
+    """This cell against the reference method ``ref`` of the same setting, seed by seed.
+
+    - ``d_<metric>_vs_<ref>`` for each accuracy metric both have: mean over the seeds both
+      finished of (this − ref), in points, with its 95 % Student-t interval (df = n − 1);
+    - ``speedup_vs_<ref>_ci95`` (``speedup``): mean of the per-seed ratios ref time / this time,
+      the same value as ``speedup_vs_<ref>``, with its 95 % t-interval.
+    An interval needs n >= 2 paired seeds; below that ci95_low/high are "n/a".
+    """
+    rename = rename or {}
+    rows: list[Row] = []
+    for metric in metrics:
+        mine = {k: m[metric] for k, m in per_seed.items() if metric in m}
+        theirs = {k: m[metric] for k, m in ref_per_seed.items() if metric in m}
+        diffs = paired_values(mine, theirs)
+        if diffs:
+            name = rename.get(metric, metric)
+            rows.append(_interval_row(target, cell, f"d_{name}_vs_{ref}", diffs,
+                                      note=f"{name}(this) - {name}({ref}) per seed, seeds {sorted(diffs)}; "
+                                           f"mean [95 % t-interval, df = {len(diffs) - 1}]"))
+    if speedup:
+        mine = {k: m[time_metric] for k, m in per_seed.items() if time_metric in m}
+        theirs = {k: m[time_metric] for k, m in ref_per_seed.items() if time_metric in m}
+        ratios = paired_values(mine, theirs, ratio=True)
+        if ratios:
+            rows.append(_interval_row(target, cell, f"speedup_vs_{ref}_ci95", ratios,
+                                      note=f"{ref} time / this time per seed, seeds {sorted(ratios)}; "
+                                           f"mean [95 % t-interval, df = {len(ratios) - 1}]; no effect = 1"))
     return rows
 
 
@@ -249,6 +353,41 @@ def fmt(value: Any, std: Any = None, unit: str = "") -> str:
     return s + ("x" if unit == "x" else "")
 
 
+def _signed(v: float, digits: int, sign: bool) -> str:
+    v = round(v, digits) + 0.0  # no "-0.0" for a value that rounds to zero
+    return f"{v:+.{digits}f}" if sign else f"{v:.{digits}f}"
+
+
+def fmt_interval(value: Any, low: Any, high: Any, unit: str = "") -> str:
+    """A paired cell: ``-1.2 [-3.4, +1.0]`` (differences, in points) or ``2.95 [2.66, 3.24]x``
+    (speedups); ``[n/a]`` when there is no interval (fewer than 2 paired seeds)."""
+    if value is None or value == "":
+        return MISSING
+    ratio = unit == "x"
+    digits, sign = (2, False) if ratio else (1, True)
+    s = _signed(float(value), digits, sign)
+    if low in (None, "", NA) or high in (None, "", NA):
+        s += f" [{NA}]"
+    else:
+        s += f" [{_signed(float(low), digits, sign)}, {_signed(float(high), digits, sign)}]"
+    return s + ("x" if ratio else "")
+
+
+def cell_text(r: Row) -> str:
+    """How one row shows in the markdown pivot."""
+    if r.ci95_low is not None:
+        return fmt_interval(r.value, r.ci95_low, r.ci95_high, r.unit)
+    return fmt(r.value, r.std, r.unit)
+
+
+PAIRED_LEGEND = (
+    "`d_<metric>_vs_<ref>`: mean over seeds of (method − ref) with both trained on the same seed, in points, "
+    "[95 % Student-t interval, df = paired seeds − 1]; `speedup_vs_<ref>_ci95`: mean of the per-seed ratios "
+    "ref training time / method training time [95 % t-interval]; n/a: fewer than 2 paired seeds. "
+    "A claim is *supported* only where the interval excludes 0 (1 for a speedup) in the paper's direction "
+    "(`experiments.stats.verdict`).")
+
+
 def markdown(title: str, rows: Sequence[Row], metrics: Sequence[str], *, preamble: str = "") -> str:
     """One pivot table: a line per (dataset, model, method, source), a column per metric."""
     keys: list[tuple[str, str, str, str]] = []
@@ -271,11 +410,13 @@ def markdown(title: str, rows: Sequence[Row], metrics: Sequence[str], *, preambl
     lines += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for k in keys:
         c = cells[k]
-        vals = [fmt(c[m].value, c[m].std, c[m].unit) if m in c else MISSING for m in shown]
+        vals = [cell_text(c[m]) if m in c else MISSING for m in shown]
         lines.append("| " + " | ".join([k[0] or MISSING, k[1] or MISSING, k[2] or MISSING, k[3], *vals]) + " |")
     measured = [r for r in rows if r.source == "measured"]
     lines += ["", f"{MISSING}: no number (the paper's rows: PAPER.md does not give it; measured rows: not measured "
               "or not finished). Measured cells are mean ± sample std over seeds.", ""]
+    if any(r.ci95_low is not None for r in rows if r.metric in shown):
+        lines += [PAIRED_LEGEND, ""]
     if measured:
         scales = sorted({r.scale for r in measured})
         # rows carry their seeds as "1 2 3"; list the union, not each row's string
@@ -291,7 +432,8 @@ def markdown(title: str, rows: Sequence[Row], metrics: Sequence[str], *, preambl
     return "\n".join(lines) + "\n"
 
 
-def write_outputs(target: str, rows: Sequence[Row], md: str, out_dir: Path = GENERATED_DIR) -> tuple[Path, Path]:
+def write_outputs(target: str, rows: Sequence[Row], md: str, out_dir: Path) -> tuple[Path, Path]:
+    """``<out_dir>/<target>.csv`` and ``.md``; ``out_dir`` is a scale's directory (``generated_dir``)."""
     out_dir.mkdir(parents=True, exist_ok=True)
     csv_path, md_path = out_dir / f"{target}.csv", out_dir / f"{target}.md"
     with open(csv_path, "w", newline="") as fh:

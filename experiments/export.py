@@ -1,9 +1,13 @@
-"""Run metadata of a target, committed beside its table: ``<out>/run_metadata/<target>-<scale>.jsonl``.
+"""Run metadata of a target, committed beside its table: ``<scale dir>/run_metadata/<target>.jsonl``
+(e.g. ``paper_figures/generated/mini/run_metadata/table1.jsonl``; the scale is the directory's).
 
 ``runs/`` (checkpoints, full logs) is not committed; this file is the part of it a reader needs to
 check a generated table: one line per finished run with the exact command, the run's identity
 (config, overrides, scale), its wall time, the code commit that wrote the table, the run's summary
 (the numbers the collector used) and a per-step series of the quantities the figures plot.
+
+``load_records`` reads it back: the grid tables can be collected from it alone
+(``python -m experiments.run <target> --from-metadata``), without ``runs/``.
 """
 
 from __future__ import annotations
@@ -13,8 +17,10 @@ import subprocess
 from pathlib import Path
 from typing import Any, Sequence
 
-from experiments.logs import is_finished, read_metrics, read_spec, summarize, train_rows
-from experiments.spec import RunSpec
+from experiments.logs import RunSummary, is_finished, read_metrics, read_spec, summarize, train_rows
+from experiments.spec import RunSpec, SpecError
+
+METADATA_DIR = "run_metadata"  # not "runs/": .gitignore
 
 # Per-step quantities kept in the export (the full metrics.jsonl has ~60 per step).
 STEP_KEYS: tuple[str, ...] = (
@@ -61,15 +67,95 @@ def _round(value: Any) -> Any:
     return float(f"{value:.5g}") if isinstance(value, float) else value
 
 
-def export_runs(target: str, scale: str, specs: Sequence[RunSpec], out_dir: Path, repo: Path) -> Path | None:
-    """Write ``out_dir/run_metadata/<target>-<scale>.jsonl`` for the finished runs; None when none finished."""
+def metadata_path(out_dir: Path, target: str) -> Path:
+    """``<out_dir>/run_metadata/<target>.jsonl``; ``out_dir`` is one scale's directory."""
+    return Path(out_dir) / METADATA_DIR / f"{target}.jsonl"
+
+
+def export_runs(target: str, specs: Sequence[RunSpec], out_dir: Path, repo: Path) -> Path | None:
+    """Write ``metadata_path(out_dir, target)`` for the finished runs; None when none finished.
+
+    Every spec must be of one scale (the scale directory ``out_dir`` stands for).
+    """
+    scales = sorted({s.scale for s in specs})
+    if len(scales) > 1:
+        raise ValueError(f"export_runs({target}): runs of several scales {scales} in one metadata file")
     done = [s for s in specs if is_finished(s.run_dir)]
     if not done:
         return None
     commit = code_commit(repo)
-    path = out_dir / "run_metadata" / f"{target}-{scale}.jsonl"  # not "runs/": .gitignore
+    path = metadata_path(out_dir, target)
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "w") as fh:
         for s in sorted(done, key=lambda s: (s.dataset, s.model, s.variant, s.seed)):
             fh.write(json.dumps(run_record(s, commit), sort_keys=True) + "\n")
     return path
+
+
+# ------------------------------------------------------------------------------------ reading back
+def _identity_without_run_dir(identity: dict[str, Any]) -> dict[str, Any]:
+    """A run's identity with the ``trainer.run_dir`` override dropped: it names where the runs
+    root was, not what was run."""
+    return {**identity, "overrides": [o for o in identity.get("overrides", []) if not o.startswith("trainer.run_dir=")]}
+
+
+def summary_from_record(record: dict[str, Any]) -> RunSummary:
+    """The ``RunSummary`` a record was written from (its ``summary`` holds the unrounded numbers)."""
+    s = record["summary"]
+    return RunSummary(
+        run_dir=Path(record["run_dir"]), steps=int(s["steps"]), train_time_s=float(s["train_time_s"]),
+        acc_before=None if s.get("acc_before") is None else float(s["acc_before"]), acc_after=float(s["acc_after"]),
+        ood={k: float(v) for k, v in (s.get("ood") or {}).items()}, tokens_generated=float(s["tokens_generated"]),
+        tokens_trained=float(s["tokens_trained"]), kept_fraction=float(s["kept_fraction"]), mean_n=float(s["mean_n"]),
+        timing={k: float(v) for k, v in (s.get("timing_s") or {}).items()},
+        spec={"identity": record.get("identity"), "command": record.get("command"),
+              "code_commit": record.get("trained_at_commit")},
+    )
+
+
+class RunRecords:
+    """The committed run metadata of one target at one scale, looked up by run (``summary(spec)``)."""
+
+    def __init__(self, records: Sequence[dict[str, Any]], source: Path | str = "<records>") -> None:
+        self.source = source
+        self._by_key: dict[tuple[str, str, str, str, str, int], dict[str, Any]] = {}
+        for r in records:
+            key = (r["group"], r["scale"], r["dataset"], r["model"], r["variant"], int(r["seed"]))
+            if key in self._by_key:
+                raise SpecError(f"{source}: two records of the run {key}")
+            self._by_key[key] = r
+
+    def __len__(self) -> int:
+        return len(self._by_key)
+
+    @staticmethod
+    def key(spec: RunSpec) -> tuple[str, str, str, str, str, int]:
+        return (spec.group, spec.scale, spec.dataset, spec.model, spec.variant, int(spec.seed))
+
+    def summary(self, spec: RunSpec) -> RunSummary | None:
+        """The recorded summary of ``spec``'s run; None when the metadata has no such run.
+
+        A record made by a different command (config, overrides or scale changed since) is an
+        error, never silently mixed into a table.
+        """
+        rec = self._by_key.get(self.key(spec))
+        if rec is None:
+            return None
+        found, expected = _identity_without_run_dir(rec.get("identity") or {}), _identity_without_run_dir(spec.identity())
+        if found != expected:
+            raise SpecError(
+                f"{self.source}: the recorded run {spec.group}/{spec.scale}/{spec.setting}/{spec.variant}/seed{spec.seed} "
+                f"was made by a different command than the configs now ask for:\n  recorded {found}\n  expected "
+                f"{expected}\nRetrain it (make {spec.target} SCALE={spec.scale}) or collect at the commit that trained it "
+                f"({rec.get('trained_at_commit', 'unknown')}).")
+        return summary_from_record(rec)
+
+
+def load_records(out_dir: Path, target: str) -> RunRecords:
+    """The run metadata ``metadata_path(out_dir, target)``; a missing file is an error that says
+    what would write it."""
+    path = metadata_path(out_dir, target)
+    if not path.is_file():
+        raise SpecError(f"{path}: no run metadata for {target} here (`make {target}` writes it after training)")
+    lines = [json.loads(x) for x in path.read_text().splitlines() if x.strip()]
+    return RunRecords(lines, source=path)

@@ -7,12 +7,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import TYPE_CHECKING, Callable, Sequence
 
 from experiments import collect as C
 from experiments.evals import eval_jobs, run_job
 from experiments.logs import is_finished
-from experiments.spec import RunSpec, build_runs, load_table
+from experiments.spec import RunSpec, SpecError, build_runs, load_table
+
+if TYPE_CHECKING:
+    from experiments.export import RunRecords
 
 
 @dataclass
@@ -22,7 +25,7 @@ class Context:
     scale: str
     seeds: list[int]
     runs_root: Path
-    out_dir: Path
+    out_dir: Path  # this scale's directory: paper_figures/generated/<scale>/ (experiments.collect.generated_dir)
     launcher: str
     extra_overrides: tuple[str, ...] = ()
     fail_fast: bool = False
@@ -31,6 +34,8 @@ class Context:
     # paper scale: read the prepared training files to turn epochs into trainer.total_steps
     # (off for --dry-run and for collecting, which must work without the data)
     resolve_paper_steps: bool = True
+    # --from-metadata: run summaries from the committed run metadata instead of runs/ (grid targets)
+    records: RunRecords | None = None
     failures: list[str] = field(default_factory=list)
 
 
@@ -65,11 +70,21 @@ def collect_grid(
     derive: Derive | None = None,
     extra: Callable[[C.Cell], dict[int, dict[str, float]]] | None = None,
     preamble: str = "",
+    paired_refs: Sequence[str] | None = None,
 ) -> tuple[Path, Path]:
-    """Paper rows + measured rows (+ derived rows) -> <out_dir>/<target>.csv and .md."""
+    """Paper rows + measured rows (+ derived rows) -> <out_dir>/<target>.csv and .md.
+
+    ``paired_refs``: methods every variant is compared with seed by seed (``d_*_vs_<ref>``;
+    default: the table's baseline). The markdown shows ``metrics``, then the paired columns,
+    then every metric the paper gives.
+    """
     table = load_table(target)
+    if ctx.records is not None and extra is not None:
+        raise SpecError(f"{target}: its collector reads evaluation files from the run directories, which the run "
+                        "metadata does not hold; collect it from runs/ (without --from-metadata)")
     specs = specs_for(target, ctx, resolve_paper_steps=False)  # run dirs do not depend on total_steps
-    measured = C.grid_rows(target, specs, baseline=table.get("baseline"), rename=rename, extra=extra)
+    measured = C.grid_rows(target, specs, baseline=table.get("baseline"), rename=rename, extra=extra,
+                           paired_refs=paired_refs, records=ctx.records)
     if derive is not None:
         measured += derive(measured)
     rows = C.paper_rows(target, table["paper_table"]) + measured
@@ -78,7 +93,31 @@ def collect_grid(
     if "ood/*" in metrics:
         i = list(metrics).index("ood/*")
         order = [*metrics[:i], *ood, *metrics[i + 1:]]
-    # the markdown shows the listed metrics and every metric the paper gives; the CSV has them all
+    # the markdown shows the listed metrics, the paired comparisons and every metric the paper gives;
+    # the CSV has them all
+    order += paired_order(measured, order, first=table.get("baseline"))
     order += sorted({r.metric for r in rows if r.source == "paper"} - set(order))
     md = C.markdown(table["title"], rows, order, preamble=preamble)
     return C.write_outputs(target, rows, md, ctx.out_dir)
+
+
+def paired_order(rows: Sequence[C.Row], already: Sequence[str] = (), first: str | None = None) -> list[str]:
+    """The paired metrics present in ``rows``, per reference (in the order the rows name them, the
+    baseline first): ``d_*`` in PAIRED_METRICS order (renamed ones after), then the speedup interval."""
+    paired = [r.metric for r in rows if r.ci95_low is not None]
+    present = set(paired) - set(already)
+    rank = {m: i for i, m in enumerate(C.PAIRED_METRICS)}
+    refs: dict[str, int] = {first: 0} if first else {}
+    split: dict[str, tuple[str, str]] = {}
+    for m in paired:
+        base, ref = (m[2:].rsplit("_vs_", 1) if m.startswith("d_") else (m, m[len("speedup_vs_"):-len("_ci95")]))
+        split[m] = (base, ref)
+        refs.setdefault(ref, len(refs))
+
+    def key(m: str) -> tuple[int, int, int, str]:
+        base, ref = split[m]
+        if m.startswith("d_"):
+            return (refs[ref], 0, rank.get(base, len(rank)), base)
+        return (refs[ref], 1, 0, m)
+
+    return sorted(present, key=key)

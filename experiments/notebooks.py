@@ -5,7 +5,7 @@ stored notebook runs on the real logs (``make figures``) and on smoke-scale logs
 
     FASTRL_RUNS     root of the run logs (default: runs)
     FASTRL_SCALE    scale whose logs to read (default: mini)
-    FASTRL_FIGURES  where PNGs go (default: paper_figures/generated)
+    FASTRL_FIGURES  where PNGs go (default: paper_figures/generated/<FASTRL_SCALE>)
     FASTRL_REPO     the repository root (to import experiments.*)
 """
 

@@ -3,11 +3,14 @@
 For a target it (1) builds the run list from configs/tables/<target>.yaml, (2) prints how many
 runs are already finished (reused, never recomputed), how many will run, and how long that should
 take, (3) trains the missing runs, (4) runs the target's post-training step (evaluations, the
-correlation measurement, notebooks), (5) collects paper_figures/generated/<target>.csv / .md.
+correlation measurement, notebooks), (5) collects paper_figures/generated/<scale>/<target>.csv / .md
+and writes paper_figures/generated/<scale>/run_metadata/<target>.jsonl. Everything a target writes
+is under its scale's directory, so a smoke run never touches the committed mini files.
 
     python -m experiments.run table1 --scale mini --seeds "1 2 3"
     python -m experiments.run table1 --dry-run           # plan and estimate only
     python -m experiments.run table1 --collect-only      # tables from the logs already there
+    python -m experiments.run table1 --from-metadata     # tables from the committed run metadata (no runs/)
     python -m experiments.run calibrate --scale mini     # time 2 steps per setting, for estimates
     python -m experiments.run list
 """
@@ -25,8 +28,8 @@ from pathlib import Path
 from types import ModuleType
 from typing import Sequence
 
-from experiments.collect import GENERATED_DIR
-from experiments.export import export_runs
+from experiments import collect
+from experiments.export import export_runs, load_records
 from experiments.grid import Context
 from experiments.runner import (
     CALIBRATION_DIR, DEFAULT_LAUNCHER, LAUNCHERS, REPO_ROOT, RunError, default_jobs, execute, fmt_duration, launch,
@@ -52,6 +55,10 @@ ALIASES: dict[str, str] = {"ablation": "table2", "tau-sweep": "table7"}
 # the measurements, and the figures last (they read every other target's logs).
 REPRODUCE_ORDER: tuple[str, ...] = ("table6", "table1", "table2", "table3", "table4", "table5", "table7", "table8",
                                     "correlation", "lag", "figures")
+# Targets whose table is computed from run summaries alone, so `--from-metadata` can rebuild it
+# from <scale dir>/run_metadata/<target>.jsonl. The others read more of a run directory: Table 4
+# its k = 16 evaluations, lag the full validation curve, correlation its pairs, figures the logs.
+FROM_METADATA: tuple[str, ...] = ("table1", "table2", "table3", "table5", "table7", "table8")
 
 
 def target_module(name: str) -> ModuleType:
@@ -59,6 +66,23 @@ def target_module(name: str) -> ModuleType:
     if name not in TARGETS:
         raise SpecError(f"unknown target {name!r}; valid: {sorted([*TARGETS, *ALIASES, 'reproduce'])}")
     return importlib.import_module(TARGETS[name])
+
+
+def collect_from_metadata(name: str, ctx: Context) -> list[str]:
+    """Rebuild ``name``'s table from its committed run metadata (no training, no runs/ needed)."""
+    name = ALIASES.get(name, name)
+    if name not in FROM_METADATA:
+        raise SpecError(f"{name}: --from-metadata rebuilds only {', '.join(FROM_METADATA)} (the others read more of a "
+                        f"run directory than the metadata holds); collect {name} from runs/")
+    mod = target_module(name)
+    ctx.records = load_records(ctx.out_dir, name)
+    try:
+        print(f"\n##### {name}: from {ctx.records.source} ({len(ctx.records)} runs; nothing is trained)", flush=True)
+        for path in mod.collect(ctx):
+            print(f"   wrote {path}")
+    finally:
+        ctx.records = None
+    return []
 
 
 def run_target(name: str, ctx: Context, *, dry_run: bool = False, collect_only: bool = False) -> list[str]:
@@ -88,7 +112,7 @@ def run_target(name: str, ctx: Context, *, dry_run: bool = False, collect_only: 
                 failures.append(f"{name} post-processing: {exc!r}")
     for path in mod.collect(ctx):
         print(f"   wrote {path}")
-    exported = export_runs(ALIASES.get(name, name), ctx.scale, runs, ctx.out_dir, REPO_ROOT)
+    exported = export_runs(ALIASES.get(name, name), runs, ctx.out_dir, REPO_ROOT)
     if exported is not None:
         print(f"   wrote {exported} (run metadata)")
     return failures
@@ -140,11 +164,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--scale", default="mini", choices=SCALES)
     p.add_argument("--seeds", default="", help='e.g. "1 2 3" (default: configs/tables/slots.yaml seeds.<scale>)')
     p.add_argument("--runs-root", type=Path, default=Path("runs"))
-    p.add_argument("--out", type=Path, default=GENERATED_DIR, help="where <target>.csv/.md and PNGs go")
+    p.add_argument("--out", type=Path, default=None,
+                   help="root of the generated files (default paper_figures/generated); each scale writes "
+                        "<out>/<scale>/<target>.csv/.md, PNGs and run_metadata/<target>.jsonl")
     p.add_argument("--launcher", choices=LAUNCHERS, default=None, help="default: inprocess (smoke), subprocess (mini), deepspeed (paper)")
     p.add_argument("--override", action="append", default=[], help="extra dotted.key=value for every run (repeatable)")
     p.add_argument("--dry-run", action="store_true", help="print the plan and the estimate only")
     p.add_argument("--collect-only", action="store_true", help="no training: tables from existing logs")
+    p.add_argument("--from-metadata", action="store_true",
+                   help=f"no training, no runs/: tables from <out>/<scale>/run_metadata/<target>.jsonl "
+                        f"({', '.join(FROM_METADATA)}; `reproduce` skips the others)")
     p.add_argument("--fail-fast", action="store_true", help="stop at the first failed run")
     p.add_argument("--jobs", type=int, default=None,
                    help="runs at once (default: one per CPU core with the subprocess launcher, else 1)")
@@ -167,7 +196,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             overrides += ov.split()  # OVERRIDES="a=1 b=2" from make arrives as one string
         launcher = args.launcher or DEFAULT_LAUNCHER[args.scale]
         ctx = Context(scale=args.scale, seeds=parse_seeds(args.seeds, args.scale), runs_root=args.runs_root,
-                      out_dir=args.out, launcher=launcher, extra_overrides=tuple(overrides),
+                      out_dir=collect.generated_dir(args.scale, args.out), launcher=launcher, extra_overrides=tuple(overrides),
                       fail_fast=args.fail_fast, jobs=args.jobs or default_jobs(launcher))
         if args.target == "calibrate":
             calibrate(ctx, [t for t in REPRODUCE_ORDER if t not in ("table6", "figures", "correlation")])
@@ -175,7 +204,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         names = list(REPRODUCE_ORDER) if args.target == "reproduce" else [args.target]
         failures: list[str] = []
         for name in names:
-            failures += run_target(name, ctx, dry_run=args.dry_run, collect_only=args.collect_only)
+            if args.from_metadata:
+                if args.target == "reproduce" and name not in FROM_METADATA:
+                    print(f"\n##### {name}: skipped (--from-metadata rebuilds only {', '.join(FROM_METADATA)})")
+                    continue
+                failures += collect_from_metadata(name, ctx)
+            else:
+                failures += run_target(name, ctx, dry_run=args.dry_run, collect_only=args.collect_only)
     except (SpecError, RunError) as exc:
         print(f"experiments.run: {exc}", file=sys.stderr)
         return 2

@@ -1,5 +1,5 @@
 """``make figures``: Fig. 3 (the Table 1 FastRL and CPPO runs) and every figure the notebooks in
-analysis/ rebuild from run logs, as PNG in paper_figures/generated/."""
+analysis/ rebuild from run logs, as PNG in paper_figures/generated/<scale>/."""
 
 from __future__ import annotations
 

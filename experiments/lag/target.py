@@ -12,10 +12,8 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-
-
 from experiments import collect as C
-from experiments.grid import Context, specs_for
+from experiments.grid import Context, paired_order, specs_for
 from experiments.logs import cumulative_wall, read_metrics, series, val_curve
 from experiments.spec import RunSpec, load_table
 
@@ -69,11 +67,12 @@ def baseline_of(variant: str) -> str | None:
 def collect(ctx: Context) -> list[Path]:
     table = load_table(TARGET)
     cells = C.gather(specs_for(TARGET, ctx, resolve_paper_steps=False))
+    per_cell = {key: {seed: run_metrics(s.run_dir) for seed, s in cell.summaries.items()} for key, cell in cells.items()}
     measured: list[C.Row] = []
     for (ds, md, variant), cell in cells.items():
         if not cell.summaries:
             continue
-        per_seed = {seed: run_metrics(s.run_dir) for seed, s in cell.summaries.items()}
+        per_seed = per_cell[(ds, md, variant)]
         for metric in sorted({k for m in per_seed.values() for k in m}):
             measured.append(C._measured(TARGET, cell, metric, {k: m[metric] for k, m in per_seed.items() if metric in m}))
         base_name = baseline_of(variant)
@@ -96,9 +95,10 @@ def collect(ctx: Context) -> list[Path]:
             measured.append(C._measured(TARGET, cell, "speedup_to_grpo_peak", to_peak,
                                         note=f"seeds where it reached {base_name}'s peak accuracy: {sorted(to_peak)}",
                                         missing="did not reach it (or did not finish)"))
+        # paired by seed against GRPO at the same lag (named "grpo" so both lags share the columns)
+        for row in C.paired_rows(TARGET, cell, per_seed, per_cell[(ds, md, base_name)], ref="grpo"):
+            row.note = row.note.replace("(grpo)", f"({base_name})").replace("grpo time", f"{base_name} time")
+            measured.append(row)
     rows = C.paper_rows(TARGET, table["paper_table"]) + measured
-    md = C.markdown(table["title"], rows, METRICS)
+    md = C.markdown(table["title"], rows, [*METRICS, *paired_order(measured, METRICS)])
     return list(C.write_outputs(TARGET, rows, md, ctx.out_dir))
-
-
-

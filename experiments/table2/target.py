@@ -28,4 +28,5 @@ def derive(rows: list[C.Row]) -> list[C.Row]:
 
 
 def collect(ctx: Context) -> list[Path]:
-    return list(collect_grid(TARGET, ctx, metrics=METRICS, derive=derive))
+    # paired by seed against GRPO (speed) and against FastRL (what removing a component costs)
+    return list(collect_grid(TARGET, ctx, metrics=METRICS, derive=derive, paired_refs=("grpo", "fastrl")))

@@ -21,4 +21,5 @@ def post(ctx: Context, runs: list[RunSpec]) -> None:
 
 
 def collect(ctx: Context) -> list[Path]:
-    return list(collect_grid(TARGET, ctx, metrics=METRICS))
+    # paired by seed against GRPO and against FastRL (advantage + Jaccard), the rule the others replace
+    return list(collect_grid(TARGET, ctx, metrics=METRICS, paired_refs=("grpo", "fastrl")))

@@ -144,6 +144,10 @@ def test_lag_speedup_to_grpo_peak(tmp_path):
     assert math.isclose(float(by(rows, **f, metric="peak_acc")["value"]), 50.0)
     assert math.isclose(float(by(rows, source="measured", method="grpo_lag4", metric="entropy_max")["value"]), 2.0)
     assert by(rows, source="paper", method="fastrl_lag4", metric="speedup_vs_grpo")["value"] == "2.9"
+    # paired against GRPO at the same lag; one seed: a mean, no interval
+    d = by(rows, **f, metric="d_final_acc_vs_grpo")
+    assert math.isclose(float(d["value"]), -5.0) and d["ci95_low"] == "n/a" and "grpo_lag4" in d["note"]
+    assert math.isclose(float(by(rows, **f, metric="speedup_vs_grpo_ci95")["value"]), 2.0)
 
 
 def test_table8_rows_from_mini_box_runs(tmp_path):
@@ -172,3 +176,72 @@ def test_mean_std():
     assert m == 2.0 and math.isclose(s, math.sqrt(2))
     with pytest.raises(ValueError):
         C.mean_std([])
+
+
+def test_table1_paired_differences_with_t_intervals(tmp_path):
+    """Paired by seed against GRPO, with 95 % t-intervals computed by hand (df = 2, t = 4.302653)."""
+    from experiments.table1 import target as T
+    from experiments.stats import row_verdict
+
+    t2 = 4.302653
+    ctx = ctx_for(tmp_path, seeds=(1, 2, 3))
+    setting = "geoqa8k-vl_3b"
+    grpo = {1: ([4.0], 0.40, 0.20), 2: ([6.0], 0.50, 0.30), 3: ([5.0], 0.45, 0.25)}
+    fast = {1: ([2.0], 0.41, 0.22), 2: ([2.0], 0.52, 0.30), 3: ([2.5], 0.48, 0.28)}
+    for variant, table in (("grpo", grpo), ("fastrl", fast)):
+        for seed, (t, acc, ood) in table.items():
+            write_run(run_dir(ctx, "table1", setting, variant, seed), step_times=t, acc_after=acc, ood={"default": ood})
+    write_run(run_dir(ctx, "table1", setting, "cppo", 1), step_times=[1.0], acc_after=0.3, ood={"default": 0.1})
+    csv_path, md_path = T.collect(ctx)
+    rows = C.read_rows(csv_path)
+    m = dict(source="measured", dataset="GeoQA8K-R1V", model="Qwen2.5-VL-3B-Instruct")
+
+    # in-domain: differences 1, 2, 3 points -> mean 2, s = 1, half width t * 1 / sqrt(3)
+    d = by(rows, **m, method="fastrl", metric="d_in_domain_acc_vs_grpo")
+    half = t2 / math.sqrt(3)
+    assert math.isclose(float(d["value"]), 2.0) and math.isclose(float(d["std"]), 1.0)
+    assert abs(float(d["ci95_low"]) - (2 - half)) < 1e-5 and abs(float(d["ci95_high"]) - (2 + half)) < 1e-5
+    assert d["unit"] == "points" and d["n_seeds"] == "3" and d["seeds"] == "1 2 3"
+    assert row_verdict(d, "+") == "inconclusive"
+    # average (in-domain + OOD) / 2: differences 1.5, 1.0, 3.0 -> mean 11/6, s^2 = 13/12
+    a = by(rows, **m, method="fastrl", metric="d_avg_acc_vs_grpo")
+    half = t2 * math.sqrt(13 / 12) / math.sqrt(3)
+    assert math.isclose(float(a["value"]), 11 / 6)
+    assert abs(float(a["ci95_low"]) - (11 / 6 - half)) < 1e-5 and abs(float(a["ci95_high"]) - (11 / 6 + half)) < 1e-5
+    o = by(rows, **m, method="fastrl", metric="d_ood_avg_vs_grpo")
+    assert math.isclose(float(o["value"]), 5 / 3)
+    # speedup: ratios 2, 3, 2 -> mean 7/3, s = 1/sqrt(3), half = t / 3: [0.899, 3.768] includes 1
+    s = by(rows, **m, method="fastrl", metric="speedup_vs_grpo_ci95")
+    assert math.isclose(float(s["value"]), 7 / 3)
+    assert math.isclose(float(s["value"]), float(by(rows, **m, method="fastrl", metric="speedup_vs_grpo")["value"]))
+    assert abs(float(s["ci95_low"]) - (7 / 3 - t2 / 3)) < 1e-5 and abs(float(s["ci95_high"]) - (7 / 3 + t2 / 3)) < 1e-5
+    assert s["unit"] == "x" and row_verdict(s, "+") == "inconclusive"
+    # GRPO is not compared with itself; a single paired seed has a mean but no interval
+    assert not [r for r in rows if r["method"] == "grpo" and r["metric"].startswith("d_")]
+    c = by(rows, **m, method="cppo", metric="d_in_domain_acc_vs_grpo")
+    assert math.isclose(float(c["value"]), -10.0) and c["ci95_low"] == "n/a" and c["ci95_high"] == "n/a"
+    assert c["n_seeds"] == "1" and "seeds [2, 3] not paired" in c["note"]
+    # ordinary rows carry no interval
+    assert by(rows, **m, method="fastrl", metric="avg_acc")["ci95_low"] == ""
+    md = md_path.read_text()
+    assert "d_in_domain_acc_vs_grpo (points)" in md and "speedup_vs_grpo_ci95" in md
+    assert "+2.0 [-0.5, +4.5]" in md and "2.33 [0.90, 3.77]x" in md and "-10.0 [n/a]" in md
+    assert "95 % Student-t interval" in md
+
+
+def test_table2_is_paired_against_grpo_and_fastrl(tmp_path):
+    from experiments.table2 import target as T2
+
+    ctx = ctx_for(tmp_path, seeds=(1, 2))
+    s = "geometry3k-vl_7b"
+    for seed, (g, f, n) in {1: (0.40, 0.50, 0.45), 2: (0.44, 0.52, 0.47)}.items():
+        write_run(run_dir(ctx, "table1", s, "grpo", seed), step_times=[4.0], acc_after=g, ood={"total": 0.2})
+        write_run(run_dir(ctx, "table1", s, "fastrl", seed), step_times=[2.0], acc_after=f, ood={"total": 0.2})
+        write_run(run_dir(ctx, "table2", s, "fastrl_no_mdap", seed), step_times=[3.0], acc_after=n, ood={"total": 0.2})
+    rows = C.read_rows(T2.collect(ctx)[0])
+    f = dict(source="measured", method="fastrl_no_mdap")
+    vs_fastrl = by(rows, **f, metric="d_in_domain_acc_vs_fastrl")
+    assert math.isclose(float(vs_fastrl["value"]), -5.0) and math.isclose(float(vs_fastrl["ci95_low"]), -5.0)
+    assert math.isclose(float(by(rows, **f, metric="d_in_domain_acc_vs_grpo")["value"]), 4.0)
+    # the speedup interval only against the table's baseline
+    assert by(rows, **f, metric="speedup_vs_grpo_ci95") and not [r for r in rows if r["metric"] == "speedup_vs_fastrl_ci95"]

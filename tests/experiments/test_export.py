@@ -20,10 +20,11 @@ def test_export_writes_finished_runs_with_their_command_and_numbers(tmp_path):
                                                        "run_wall_s": 3.5, "code_commit": "abc123"}))
     write_run(unfinished.run_dir, step_times=[1.0], finished=False)
 
-    path = E.export_runs("table3", "smoke", specs, tmp_path / "out", tmp_path)
+    path = E.export_runs("table3", specs, tmp_path / "out", tmp_path)
     lines = [json.loads(x) for x in path.read_text().splitlines()]
 
-    assert path.name == "table3-smoke.jsonl" and len(lines) == len(finished)
+    assert path == tmp_path / "out" / "run_metadata" / "table3.jsonl" and len(lines) == len(finished)
+    assert {r["scale"] for r in lines} == {"smoke"}
     assert {(r["variant"], r["seed"]) for r in lines} == {(s.variant, s.seed) for s in finished}
     first = next(r for r in lines if (r["variant"], r["seed"]) == (finished[0].variant, finished[0].seed))
     assert first["command"] == f"train {finished[0].variant}" and first["trained_at_commit"] == "abc123"
@@ -35,5 +36,5 @@ def test_export_writes_finished_runs_with_their_command_and_numbers(tmp_path):
 
 def test_nothing_finished_writes_nothing(tmp_path):
     specs = build_runs("table3", "smoke", [1], tmp_path / "runs")
-    assert E.export_runs("table3", "smoke", specs, tmp_path / "out", tmp_path) is None
+    assert E.export_runs("table3", specs, tmp_path / "out", tmp_path) is None
     assert not (tmp_path / "out").exists()
