@@ -1,0 +1,133 @@
+"""Paired-seed accuracy ablation at the demo setting (see arms.yaml): run the arms, then report.
+
+    python -m experiments.accuracy.probe run [--jobs 2] [--arms grpo,fastrl] [--seeds 1,2]
+    python -m experiments.accuracy.probe report      # -> <root>/report.md and report.json
+
+Each (arm, seed) trains into ``<root>/<arm>/seed<k>`` (skipped when its summary exists). The
+report gives, per arm, the final validation accuracy, its change from the warm start, and the
+paired difference to the baseline arm (same seed) with a 95 % Student-t interval, plus the mean
+train-step time and kept fraction, so the cause of an accuracy gap can be read off one table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any, Sequence
+
+import yaml
+
+from experiments.stats import t_interval
+
+ARMS_FILE = Path(__file__).with_name("arms.yaml")
+DEFAULT_ROOT = Path("runs/accuracy_probe")
+
+
+def paired_interval(diffs: Sequence[float]) -> tuple[float, float, float]:
+    """Mean of paired differences and its 95 % t-interval, as (mean, low, high); NaN bounds when n < 2."""
+    iv = t_interval(diffs)
+    return iv.mean, (iv.low if iv.defined else math.nan), (iv.high if iv.defined else math.nan)
+
+
+def load_arms(path: Path = ARMS_FILE) -> dict[str, Any]:
+    return yaml.safe_load(path.read_text())
+
+
+def run_one(root: Path, arm: str, spec: dict[str, Any], common: Sequence[str], seed: int) -> str:
+    run_dir = root / arm / f"seed{seed}"
+    if (run_dir / "summary.json").exists():
+        return f"{arm} seed {seed}: done before"
+    run_dir.mkdir(parents=True, exist_ok=True)
+    argv = [sys.executable, "-m", "fastrl.cli", "train", spec["config"], *common, *spec.get("overrides", []),
+            f"trainer.seed={seed}", f"trainer.run_dir={run_dir}", "trainer.resume=false"]
+    start = time.perf_counter()
+    with open(run_dir / "train.log", "w") as log:
+        rc = subprocess.run(argv, stdout=log, stderr=subprocess.STDOUT).returncode
+    if rc:
+        return f"{arm} seed {seed}: FAILED (rc {rc}, see {run_dir / 'train.log'})"
+    return f"{arm} seed {seed}: {time.perf_counter() - start:.0f} s"
+
+
+def summarize(run_dir: Path) -> dict[str, float] | None:
+    """Final/initial validation accuracy, summed train-step time and kept fraction of one run."""
+    path = run_dir / "metrics.jsonl"
+    if not path.exists():
+        return None
+    rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    steps = [r for r in rows if "timing_s/step" in r]
+    before = next((r["val/accuracy_before"] for r in rows if "val/accuracy_before" in r), None)
+    after = next((r["val/accuracy"] for r in rows if r.get("phase") == "val_final"), None)
+    if before is None or after is None or not steps:
+        return None
+    return {"acc_before": before, "acc_after": after, "train_s": sum(r["timing_s/step"] for r in steps),
+            "kept_fraction": sum(r["prune/kept"] for r in steps) / sum(r["rollout/num_responses"] for r in steps),
+            "n_last": steps[-1]["rollout/n"], "optimizer_steps": sum(r.get("actor/optimizer_steps", 0) for r in steps)}
+
+
+def report(root: Path, arms: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+    base = arms["baseline"]
+    runs = {a: {s: summarize(root / a / f"seed{s}") for s in arms["seeds"]} for a in arms["arms"]}
+    out: dict[str, Any] = {}
+    lines = ["| arm | seeds | val acc after (%) | Δ from warm start | Δ vs GRPO, paired [95 % CI] | speedup vs GRPO "
+             "[95 % CI] | kept | n (last) | optimizer steps |", "|---|---|---|---|---|---|---|---|---|"]
+    for arm in arms["arms"]:
+        done = {s: r for s, r in runs[arm].items() if r}
+        paired = [s for s in done if runs[base].get(s)]
+        if not done:
+            continue
+        acc = [100 * r["acc_after"] for r in done.values()]
+        gain = [100 * (r["acc_after"] - r["acc_before"]) for r in done.values()]
+        d_acc = paired_interval([100 * (done[s]["acc_after"] - runs[base][s]["acc_after"]) for s in paired]) \
+            if paired else (math.nan,) * 3
+        speed = paired_interval([runs[base][s]["train_s"] / done[s]["train_s"] for s in paired]) \
+            if paired else (math.nan,) * 3
+        row = {"seeds": sorted(done), "acc_after": sum(acc) / len(acc), "gain": sum(gain) / len(gain),
+               "d_acc_vs_base": d_acc, "speedup": speed, "paired_seeds": sorted(paired),
+               "kept_fraction": sum(r["kept_fraction"] for r in done.values()) / len(done),
+               "n_last": sum(r["n_last"] for r in done.values()) / len(done),
+               "optimizer_steps": sum(r["optimizer_steps"] for r in done.values()) / len(done)}
+        out[arm] = row
+        fmt = lambda t, p="": f"{t[0]:+.1f}{p} [{t[1]:+.1f}, {t[2]:+.1f}]" if not math.isnan(t[1]) else f"{t[0]:+.1f}{p}"  # noqa: E731
+        sp = f"{speed[0]:.2f}x [{speed[1]:.2f}, {speed[2]:.2f}]" if not math.isnan(speed[1]) else f"{speed[0]:.2f}x"
+        lines.append(f"| {arm} | {len(done)} | {row['acc_after']:.1f} | {row['gain']:+.1f} | "
+                     f"{fmt(d_acc) if arm != base else '—'} | {sp if arm != base else '1.00x'} | "
+                     f"{row['kept_fraction']:.2f} | {row['n_last']:.1f} | {row['optimizer_steps']:.0f} |")
+    return "\n".join(lines) + "\n", out
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("command", choices=("run", "report"))
+    p.add_argument("--root", default=str(DEFAULT_ROOT))
+    p.add_argument("--jobs", type=int, default=2)
+    p.add_argument("--arms", default=None, help="comma-separated subset (default: all)")
+    p.add_argument("--seeds", default=None, help="comma-separated subset (default: arms.yaml)")
+    p.add_argument("--arms-file", default=str(ARMS_FILE))
+    args = p.parse_args(argv)
+    arms = load_arms(Path(args.arms_file))
+    root = Path(args.root)
+    if args.command == "run":
+        chosen = args.arms.split(",") if args.arms else list(arms["arms"])
+        seeds = [int(s) for s in args.seeds.split(",")] if args.seeds else arms["seeds"]
+        jobs = [(a, s) for s in seeds for a in chosen]  # seed-major: paired results arrive together
+        print(f"{len(jobs)} runs, {args.jobs} at a time, into {root}", flush=True)
+        with ThreadPoolExecutor(args.jobs) as pool:
+            for i, msg in enumerate(pool.map(lambda j: run_one(root, j[0], arms["arms"][j[0]], arms["common"], j[1]),
+                                             jobs), 1):
+                print(f"[{i}/{len(jobs)}] {msg}", flush=True)
+        return 0
+    table, data = report(root, arms)
+    (root / "report.md").write_text(table)
+    (root / "report.json").write_text(json.dumps(data, indent=2))
+    print(table)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
