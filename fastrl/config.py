@@ -92,6 +92,10 @@ class RolloutConfig:
     # Validation sampling: the paper validates at T = 0.6, top-p 0.95, n = 1.
     val_temperature: float = 0.0
     val_top_p: float = 1.0
+    # Samples per validation problem: val/accuracy is their mean (avg@k; k = 1 is the paper's n = 1,
+    # always also logged as val/accuracy_n1 from each problem's first sample). k > 1 lowers the
+    # sampling noise of a finite validation set (mini-math has only 324 distinct val problems).
+    val_n: int = 1
     # Weight-sync check: max |engine logp - trainer logp| tolerated after a sync (vllm only).
     logprob_check_tol: float = 1e-2
     logprob_check_samples: int = 4
@@ -106,6 +110,8 @@ class RolloutConfig:
         _check_choice("rollout.engine", self.engine, ("hf", "vllm"))
         if self.n < 2:
             raise ConfigError(f"rollout.n = {self.n}: GRPO needs at least 2 responses per prompt")
+        if self.val_n < 1:
+            raise ConfigError(f"rollout.val_n = {self.val_n} must be >= 1")
 
 
 @dataclass

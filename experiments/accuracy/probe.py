@@ -62,10 +62,12 @@ def summarize(run_dir: Path) -> dict[str, float] | None:
     rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
     steps = [r for r in rows if "timing_s/step" in r]
     before = next((r["val/accuracy_before"] for r in rows if "val/accuracy_before" in r), None)
-    after = next((r["val/accuracy"] for r in rows if r.get("phase") == "val_final"), None)
+    final = next((r for r in rows if r.get("phase") == "val_final"), {})
+    after = final.get("val/accuracy")
     if before is None or after is None or not steps:
         return None
-    return {"acc_before": before, "acc_after": after, "train_s": sum(r["timing_s/step"] for r in steps),
+    return {"acc_before": before, "acc_after": after, "acc_after_n1": final.get("val/accuracy_n1", after),
+            "train_s": sum(r["timing_s/step"] for r in steps),
             "kept_fraction": sum(r["prune/kept"] for r in steps) / sum(r["rollout/num_responses"] for r in steps),
             "n_last": steps[-1]["rollout/n"], "optimizer_steps": sum(r.get("actor/optimizer_steps", 0) for r in steps)}
 
@@ -74,8 +76,9 @@ def report(root: Path, arms: dict[str, Any]) -> tuple[str, dict[str, Any]]:
     base = arms["baseline"]
     runs = {a: {s: summarize(root / a / f"seed{s}") for s in arms["seeds"]} for a in arms["arms"]}
     out: dict[str, Any] = {}
-    lines = ["| arm | seeds | val acc after (%) | Δ from warm start | Δ vs GRPO, paired [95 % CI] | speedup vs GRPO "
-             "[95 % CI] | kept | n (last) | optimizer steps |", "|---|---|---|---|---|---|---|---|---|"]
+    lines = ["| arm | seeds | val avg@8 after (%) | Δ from warm start | Δ avg@8 vs GRPO, paired [95 % CI] | "
+             "Δ n=1 vs GRPO [95 % CI] | speedup vs GRPO [95 % CI] | kept | n (last) | optimizer steps |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
     for arm in arms["arms"]:
         done = {s: r for s, r in runs[arm].items() if r}
         paired = [s for s in done if runs[base].get(s)]
@@ -85,10 +88,12 @@ def report(root: Path, arms: dict[str, Any]) -> tuple[str, dict[str, Any]]:
         gain = [100 * (r["acc_after"] - r["acc_before"]) for r in done.values()]
         d_acc = paired_interval([100 * (done[s]["acc_after"] - runs[base][s]["acc_after"]) for s in paired]) \
             if paired else (math.nan,) * 3
+        d_n1 = paired_interval([100 * (done[s]["acc_after_n1"] - runs[base][s]["acc_after_n1"]) for s in paired]) \
+            if paired else (math.nan,) * 3
         speed = paired_interval([runs[base][s]["train_s"] / done[s]["train_s"] for s in paired]) \
             if paired else (math.nan,) * 3
         row = {"seeds": sorted(done), "acc_after": sum(acc) / len(acc), "gain": sum(gain) / len(gain),
-               "d_acc_vs_base": d_acc, "speedup": speed, "paired_seeds": sorted(paired),
+               "d_acc_vs_base": d_acc, "d_acc_n1_vs_base": d_n1, "speedup": speed, "paired_seeds": sorted(paired),
                "kept_fraction": sum(r["kept_fraction"] for r in done.values()) / len(done),
                "n_last": sum(r["n_last"] for r in done.values()) / len(done),
                "optimizer_steps": sum(r["optimizer_steps"] for r in done.values()) / len(done)}
@@ -96,7 +101,8 @@ def report(root: Path, arms: dict[str, Any]) -> tuple[str, dict[str, Any]]:
         fmt = lambda t, p="": f"{t[0]:+.1f}{p} [{t[1]:+.1f}, {t[2]:+.1f}]" if not math.isnan(t[1]) else f"{t[0]:+.1f}{p}"  # noqa: E731
         sp = f"{speed[0]:.2f}x [{speed[1]:.2f}, {speed[2]:.2f}]" if not math.isnan(speed[1]) else f"{speed[0]:.2f}x"
         lines.append(f"| {arm} | {len(done)} | {row['acc_after']:.1f} | {row['gain']:+.1f} | "
-                     f"{fmt(d_acc) if arm != base else '—'} | {sp if arm != base else '1.00x'} | "
+                     f"{fmt(d_acc) if arm != base else '—'} | {fmt(d_n1) if arm != base else '—'} | "
+                     f"{sp if arm != base else '1.00x'} | "
                      f"{row['kept_fraction']:.2f} | {row['n_last']:.1f} | {row['optimizer_steps']:.0f} |")
     return "\n".join(lines) + "\n", out
 

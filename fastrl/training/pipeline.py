@@ -335,7 +335,8 @@ class Trainer:
 
     # ------------------------------------------------------------------ validation
     def validate(self, records: Sequence[Record] | None = None) -> dict[str, float]:
-        """Accuracy on the validation prompts (n = 1 at the configured validation sampling)."""
+        """Accuracy on the validation prompts at the validation sampling: avg@k over rollout.val_n samples
+        per problem (``val/accuracy``) and the paper's n = 1 (``val/accuracy_n1``, each first sample)."""
         records = list(records if records is not None else self.val_records)
         rank, world = dist.rank(), dist.world_size()
         mine = records[rank::world]
@@ -343,13 +344,20 @@ class Trainer:
             temperature=self.cfg.rollout.val_temperature, top_p=self.cfg.rollout.val_top_p,
             max_new_tokens=self.cfg.rollout.max_new_tokens, seed=self.cfg.trainer.seed,
         )
-        responses = self.policy.engine.generate([self.encode(r) for r in mine], 1, sampling) if mine else []
+        k = self.cfg.rollout.val_n
+        responses = self.policy.engine.generate([self.encode(r) for r in mine], k, sampling) if mine else []
         scores, _ = self.policy.score([r.text for r in responses], [mine[r.prompt_index] for r in responses])
-        local = [(s["accuracy"], s["overall"]) for s in scores]
+        first: set[int] = set()
+        local = []
+        for r, s in zip(responses, scores):  # (accuracy, reward, is the problem's first sample)
+            local.append((s["accuracy"], s["overall"], r.prompt_index not in first))
+            first.add(r.prompt_index)
         allv = [x for part in dist.all_gather_object(local) for x in part]
-        acc = sum(a for a, _ in allv) / max(len(allv), 1)
-        rew = sum(o for _, o in allv) / max(len(allv), 1)
-        return {"val/accuracy": acc, "val/reward": rew, "val/num": float(len(allv))}
+        n1 = [a for a, _, is_first in allv if is_first]
+        acc = sum(a for a, _, _ in allv) / max(len(allv), 1)
+        rew = sum(o for _, o, _ in allv) / max(len(allv), 1)
+        return {"val/accuracy": acc, "val/accuracy_n1": sum(n1) / max(len(n1), 1), "val/reward": rew,
+                "val/num": float(len(n1)), "val/samples_per_problem": float(k)}
 
     # ------------------------------------------------------------------ checkpoints
     def state_dict(self) -> dict[str, Any]:
@@ -394,6 +402,7 @@ class Trainer:
             before = self.validate()
             self.logger.log(0, {f"{k}_before": v for k, v in before.items()} | {"phase": "val"})
             summary["acc_before"] = before["val/accuracy"]
+            summary["acc_before_n1"] = before["val/accuracy_n1"]
         bar = _progress(cfg.total_steps, self.state.step, enabled=cfg.progress and dist.is_main(),
                         desc=f"{self.cfg.method}")
         while self.state.step < cfg.total_steps:
@@ -414,7 +423,8 @@ class Trainer:
             ood = self.validate(records)
             after.update({f"ood/{name}/accuracy": ood["val/accuracy"], f"ood/{name}/num": ood["val/num"]})
         self.logger.log(self.state.step, {**after, "phase": "val_final"})
-        summary.update({"acc_after": after["val/accuracy"], "train_wall_s": train_wall_s, "steps": self.state.step,
+        summary.update({"acc_after": after["val/accuracy"], "acc_after_n1": after["val/accuracy_n1"],
+                        "train_wall_s": train_wall_s, "steps": self.state.step,
                         **{k: v for k, v in after.items() if k.startswith("ood/")}})
         if cfg.save_every:
             self.save()
@@ -431,7 +441,7 @@ def rollout_probs_diff(batch: RolloutBatch, trainer_logprobs: dict[int, torch.Te
     """|p_engine - p_trainer| per token over the given responses (as verl logs it): a large value
     means the samples do not come from the policy being trained (engine bug, stale weights)."""
     diffs = [
-        (torch.tensor(batch.engine_logprobs[i]).exp() - lp.exp()).abs()
+        (torch.tensor(batch.engine_logprobs[i]).exp() - lp.detach().float().cpu().exp()).abs()  # any device
         for i, lp in trainer_logprobs.items() if len(batch.engine_logprobs[i]) == lp.numel()
     ]
     if not diffs:
