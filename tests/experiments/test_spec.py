@@ -99,7 +99,7 @@ def test_tau_configs_match_the_sweep_file():
 
 
 def test_seeds():
-    assert parse_seeds("", "mini") == [1, 2, 3] and parse_seeds(None, "paper") == [1]
+    assert parse_seeds("", "mini") == [1, 2, 3, 4, 5] and parse_seeds(None, "paper") == [1]
     assert parse_seeds("4, 5 6", "mini") == [4, 5, 6]
     with pytest.raises(SpecError, match="repeated"):
         parse_seeds("1 1", "mini")
