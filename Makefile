@@ -7,7 +7,7 @@ SCALE ?= mini
 export TOKENIZERS_PARALLELISM ?= false
 export HF_HUB_OFFLINE ?= 1
 
-.PHONY: setup test demo bench data clean
+.PHONY: setup test demo bench data clean gpu-check gpu-wheels
 
 setup: $(STAMP)
 
@@ -33,6 +33,19 @@ bench: setup
 
 data: setup
 	$(PY) -m data_prep.all
+
+# On a box with one NVIDIA GPU and no network (< 8 min): smoke GRPO/FastRL under ZeRO-3 bf16, a
+# Qwen2.5-VL-7B-shaped step, vLLM weight sync, the demo -> runs/gpu-check/summary.{md,json}.
+# Uses the box's own python (its CUDA torch), not .venv; missing packages come from $(WHEELS)/.
+# GPU_CHECK_DRY=1 make gpu-check GPU_PY=.venv/bin/python: the same on this CPU, smallest sizes.
+GPU_PY ?= python3
+WHEELS ?= wheels
+gpu-check:
+	$(GPU_PY) bench/gpu_check.py
+
+# On a machine with network: the wheels the GPU box lacks (Python 3.12, manylinux x86_64) -> $(WHEELS)/.
+gpu-wheels: setup
+	$(PY) bench/gpu_wheels.py --out $(WHEELS)
 
 clean:
 	rm -rf runs .pytest_cache

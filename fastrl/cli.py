@@ -101,25 +101,29 @@ def cmd_eval(args: argparse.Namespace) -> int:
     from fastrl.data.templates import build_prompt_text
     from fastrl.evaluation.evaluate import evaluate, validation_sampling
     from fastrl.evaluation.metrics import markdown_table, write_json, write_markdown
-    from fastrl.models.builders import load_policy
+    from fastrl.models.builders import is_fastrl_tiny_dir, load_policy
+    from fastrl.models.device import resolve_device, resolve_dtype
     from fastrl.models.processing import PromptEncoder
 
     model_path = Path(args.model)
     if (model_path / "final").is_dir():  # a run directory from `fastrl train`
         model_path = model_path / "final"
-    model, processor = load_policy(model_path if model_path.exists() else args.model)
-    encoder = PromptEncoder.from_processor(processor)
+    device = resolve_device(args.device, key="--device")
+    dtype = resolve_dtype(args.dtype or "float32", key="--dtype")
+    model, processor = load_policy(model_path if model_path.exists() else args.model, dtype=dtype)
+    pixels = {} if is_fastrl_tiny_dir(model_path) else {"min_pixels": args.min_pixels, "max_pixels": args.max_pixels}
+    encoder = PromptEncoder.from_processor(processor, **pixels)
     if args.engine == "hf":
         from fastrl.rollout.hf import HFRolloutEngine
 
         tok = getattr(processor, "tokenizer", processor)
-        engine = HFRolloutEngine(model.eval(), tok, eos_token_ids=[tok.eos_token_id],
+        engine = HFRolloutEngine(model.to(device).eval(), tok, eos_token_ids=[tok.eos_token_id],
                                  pad_token_id=tok.pad_token_id, batch_size=args.batch_size)
     else:
         from fastrl.rollout.vllm import VLLMRolloutEngine
 
         engine = VLLMRolloutEngine(str(model_path), seed=args.seed, max_model_len=args.max_model_len,
-                                   gpu_memory_utilization=args.gpu_memory_utilization, dtype="auto",
+                                   gpu_memory_utilization=args.gpu_memory_utilization, dtype=args.dtype or "auto",
                                    enforce_eager=True)
     benchmarks = {name: records[: args.limit] if args.limit else records
                   for name, records in (parse_benchmark(b) for b in args.benchmark)}
@@ -169,6 +173,12 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--benchmark", action="append", required=True,
                    help="name=path.parquet|jsonl (canonical records) or task[:variant]; repeatable")
     e.add_argument("--engine", choices=["hf", "vllm"], default="hf")
+    e.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto",
+                   help="hf engine: where the model runs (auto = cuda when available)")
+    e.add_argument("--dtype", choices=["float32", "bfloat16"], default=None,
+                   help="default: float32 (hf), the checkpoint's own dtype (vllm)")
+    e.add_argument("--min-pixels", type=int, default=262144, help="VL image resize (qwen-vl-utils rule)")
+    e.add_argument("--max-pixels", type=int, default=4194304)
     e.add_argument("--sampling", choices=["greedy", "paper"], default="greedy",
                    help="greedy, or the paper's validation sampling (T=0.6, top-p 0.95)")
     e.add_argument("--k", type=int, default=1, help="samples per problem (avg@k, pass@k; Table 4 uses 16)")

@@ -14,6 +14,7 @@ from typing import Any, Sequence
 import torch
 import torch.nn.functional as F
 
+from fastrl.models.device import module_device, to_device
 from fastrl.rollout.base import PromptInput
 
 # model_inputs keys collate knows how to batch.
@@ -100,10 +101,6 @@ def model_forward_kwargs(batch: dict[str, Any], *, logits_to_keep: int) -> dict[
     return kwargs
 
 
-def _to_device(batch: dict[str, Any], device: torch.device) -> dict[str, Any]:
-    return {k: (v.to(device) if isinstance(v, torch.Tensor) else v) for k, v in batch.items()}
-
-
 def response_logprobs(
     model: torch.nn.Module,
     batch: dict[str, Any],
@@ -117,21 +114,24 @@ def response_logprobs(
     with the per-position entropy [B, R] of the (temperature-scaled) distribution. Gradients
     flow when called outside ``torch.no_grad``. ``temperature`` divides the logits first (use
     the rollout temperature for the PPO ratio, as verl does; 1.0 gives the raw policy).
+
+    Devices: the batch goes to the device of the model's parameters; the results live on the
+    device of the model's logits (the same one unless the model is split over devices), so a
+    caller combines them with other tensors after moving those to ``logp.device``.
     """
     if temperature <= 0:
         raise ValueError(f"response_logprobs: temperature must be > 0, got {temperature}")
-    device = next(model.parameters()).device
-    batch = _to_device(batch, device)
-    resp = batch["response_ids"]  # [B, R]
-    mask = batch["response_mask"]  # [B, R]
-    R = resp.shape[1]
+    batch = to_device(batch, module_device(model))
+    R = batch["response_ids"].shape[1]
     if R == 0:
-        empty = torch.zeros_like(mask)
+        empty = torch.zeros_like(batch["response_mask"])
         return (empty, empty.clone()) if with_entropy else empty
     out = model(**model_forward_kwargs(batch, logits_to_keep=R + 1))
     logits = out.logits[:, :-1, :].float()  # [B, R, V]: position t predicts response token t
     if logits.shape[1] != R:
         raise ValueError(f"response_logprobs: model returned {logits.shape[1] + 1} positions, expected {R + 1}")
+    resp = batch["response_ids"].to(logits.device)  # [B, R]
+    mask = batch["response_mask"].to(logits.device)  # [B, R]
     if temperature != 1.0:
         logits = logits / temperature
     # log_softmax(x)[y] = x[y] - logsumexp(x): no second [B, R, V] tensor for the log-probs.

@@ -8,6 +8,10 @@ k = prod(image_grid_thw[i]) / merge_size**2 from the image processor, exactly wh
 ``Qwen2_5_VLProcessor`` produces. Expanding by hand means the CPU box needs only
 ``Qwen2VLImageProcessor`` (PIL backend) and the tokenizer: the full processor cannot be built
 there without torchvision.
+
+Paper-scale VL prompts resize each image first as qwen-vl-utils' ``fetch_image`` does
+(``min_pixels`` / ``max_pixels``, ``fastrl.data.vision``), so the image-token count is the
+paper's; the image processor is then called with the same bounds and keeps that size.
 """
 
 from __future__ import annotations
@@ -19,7 +23,9 @@ from typing import Any, Sequence
 import torch
 from PIL import Image
 
+from fastrl.data.images import to_rgb
 from fastrl.data.schema import IMAGE_PLACEHOLDER
+from fastrl.data.vision import resize_image
 from fastrl.rollout.base import PromptInput
 
 VISION_START = "<|vision_start|>"
@@ -28,7 +34,8 @@ IMAGE_PAD = "<|image_pad|>"
 
 
 def to_pil(image: Any, *, where: str) -> Image.Image:
-    """An RGB PIL image from a PIL image, a path, raw bytes or an HF ``{"bytes": ...}`` dict."""
+    """An RGB PIL image from a PIL image, a path, raw bytes or an HF ``{"bytes": ...}`` dict
+    (transparent pixels become white, as in qwen-vl-utils and the loaders)."""
     try:
         if isinstance(image, Image.Image):
             img = image
@@ -42,7 +49,7 @@ def to_pil(image: Any, *, where: str) -> Image.Image:
             img = Image.open(image["path"])
         else:
             raise ValueError(f"unsupported image type {type(image).__name__}")
-        return img.convert("RGB")
+        return to_rgb(img)
     except (OSError, ValueError) as err:
         raise ValueError(f"{where}: image does not open ({err})") from err
 
@@ -55,7 +62,9 @@ class PromptEncoder:
     [I, 3]) or None for text-only models. ``use_chat_template`` wraps the text as one user turn
     (plus ``system_prompt`` when given) with the generation prompt appended; it needs a
     tokenizer with a chat template. ``max_prompt_length`` (tokens, after image expansion) makes
-    a longer prompt an error instead of a silent truncation.
+    a longer prompt an error instead of a silent truncation. ``min_pixels`` / ``max_pixels``
+    (both or neither) resize every image as qwen-vl-utils does before the image processor; without
+    them the image processor's own settings decide (the tiny stand-ins' fixed size).
     """
 
     def __init__(
@@ -66,7 +75,16 @@ class PromptEncoder:
         use_chat_template: bool = True,
         system_prompt: str | None = None,
         max_prompt_length: int | None = None,
+        min_pixels: int | None = None,
+        max_pixels: int | None = None,
     ) -> None:
+        if (min_pixels is None) != (max_pixels is None):
+            raise ValueError(f"PromptEncoder: give both min_pixels and max_pixels or neither "
+                             f"(got {min_pixels}, {max_pixels})")
+        if min_pixels is not None and not 0 < min_pixels <= max_pixels:  # type: ignore[operator]
+            raise ValueError(f"PromptEncoder: need 0 < min_pixels <= max_pixels, got {min_pixels}, {max_pixels}")
+        self.min_pixels = min_pixels
+        self.max_pixels = max_pixels
         if use_chat_template and not getattr(tokenizer, "chat_template", None):
             raise ValueError("PromptEncoder: use_chat_template=True but the tokenizer has no chat_template")
         self.tokenizer = tokenizer
@@ -89,6 +107,24 @@ class PromptEncoder:
                        getattr(tokenizer_or_processor, "image_processor", None), **kwargs)
         return cls(tokenizer_or_processor, None, **kwargs)
 
+    def _prepare_image(self, image: Any, *, where: str) -> Image.Image:
+        img = to_pil(image, where=where)
+        if self.min_pixels is None:
+            return img
+        factor = int(self.image_processor.patch_size) * int(self.image_processor.merge_size)
+        try:
+            return resize_image(img, min_pixels=self.min_pixels, max_pixels=self.max_pixels, factor=factor)  # type: ignore[arg-type]
+        except ValueError as err:
+            raise ValueError(f"{where}: {err}") from err
+
+    def _process_images(self, images: list[Image.Image]) -> Any:
+        """The image processor's output; with min/max pixels set, its resize gets the same bounds
+        (it then keeps the already-resized size)."""
+        if self.min_pixels is None:
+            return self.image_processor(images=images, return_tensors="pt")
+        size = {"shortest_edge": self.min_pixels, "longest_edge": self.max_pixels}
+        return self.image_processor(images=images, return_tensors="pt", size=size)
+
     def format_text(self, text: str) -> str:
         """The prompt string before image expansion (chat template applied when enabled)."""
         if not self.use_chat_template:
@@ -110,10 +146,10 @@ class PromptEncoder:
         if images and self.image_processor is None:
             raise ValueError(f"uid={uid}: prompt has {len(images)} images but the model has no image processor")
         prompt = self.format_text(text)
-        pil = [to_pil(im, where=f"uid={uid} image {i}") for i, im in enumerate(images)]
+        pil = [self._prepare_image(im, where=f"uid={uid} image {i}") for i, im in enumerate(images)]
         model_inputs: dict[str, torch.Tensor] = {}
         if pil:
-            out = self.image_processor(images=pil, return_tensors="pt")
+            out = self._process_images(pil)
             grid = out["image_grid_thw"]  # [I, 3]: temporal, height, width patches
             merge = int(self.image_processor.merge_size)
             counts = (grid.prod(dim=-1) // (merge * merge)).tolist()

@@ -17,6 +17,7 @@ question differ in their token sets.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import logging
@@ -37,6 +38,7 @@ from fastrl.data.schema import Record
 from fastrl.data.synthetic import generate_task
 from fastrl.data.templates import TEMPLATE_REWARD, build_prompt_text
 from fastrl.models.builders import TinyModelSpec, build_tiny_model_dir, load_policy
+from fastrl.models.device import module_device
 from fastrl.models.forward import collate, response_logprobs
 from fastrl.models.processing import PromptEncoder
 from fastrl.models.tokenizer import mini_vocabulary
@@ -64,8 +66,12 @@ class EvalSettings:
 def sft_inputs(
     task: str, spec: TinyModelSpec, *, seed: int, steps: int, lr: float, batch_size: int, num_train: int,
     template: str, warmup_frac: float, weight_decay: float, answer_noise: float = 0.0,
+    device_type: str = "cpu", autocast_dtype: str | None = None,
 ) -> dict[str, Any]:
-    """Every input that changes the SFT weights (hashed into the cache directory name)."""
+    """Every input that changes the SFT weights (hashed into the cache directory name).
+
+    A GPU warm start gets its own cache entry (other kernels, other float rounding); CPU keys
+    are unchanged from before devices were part of the key."""
     probe = Record(uid="probe", problem="{problem}", answer="0", source=task)
     return {
         "sft_version": SFT_VERSION,
@@ -82,6 +88,8 @@ def sft_inputs(
         "warmup_frac": warmup_frac,
         "weight_decay": weight_decay,
         **({"answer_noise": answer_noise} if answer_noise else {}),  # older cache keys stay valid
+        **({"device": device_type} if device_type != "cpu" else {}),
+        **({"autocast": autocast_dtype} if autocast_dtype else {}),
     }
 
 
@@ -151,13 +159,17 @@ def train_sft(
     log_every: int,
     noisy_targets: Sequence[Sequence[Sequence[int]]] | None = None,
     answer_noise: float = 0.0,
+    autocast_dtype: torch.dtype | None = None,
 ) -> list[float]:
     """Teacher-forced SFT: minimise -mean log pi(solution token) over response tokens.
 
     Each step draws ``batch_size`` problems and one random route of each; with probability
     ``answer_noise`` that route's noisy twin (wrong boxed answer) is used instead. Returns the
-    loss of every step.
+    loss of every step. The model trains where it is (its parameters' device; batches follow);
+    ``autocast_dtype`` (e.g. bf16 on CUDA) runs the forward under ``torch.autocast`` while the
+    weights and optimizer stay float32.
     """
+    device = module_device(model)
     rng = random.Random(seed)
     opt = torch.optim.AdamW(model.parameters(), lr=lr, betas=(0.9, 0.98), weight_decay=weight_decay)
     warmup = max(1, int(warmup_frac * steps))
@@ -174,8 +186,9 @@ def train_sft(
             noisy = noisy_targets is not None and rng.random() < answer_noise
             resp.append(noisy_targets[i][j] if noisy else targets[i][j])  # type: ignore[index]
         batch = collate([prompts[i] for i in idx], resp, pad_id)
-        logp = response_logprobs(model, batch)
-        loss = -(logp.sum() / batch["response_mask"].sum())
+        with _autocast(device, autocast_dtype):
+            logp = response_logprobs(model, batch)
+        loss = -(logp.sum() / batch["response_mask"].sum().to(logp.device))
         if not torch.isfinite(loss):
             raise FloatingPointError(f"SFT: loss is {loss.item()} at step {step}")
         opt.zero_grad(set_to_none=True)
@@ -188,6 +201,10 @@ def train_sft(
                      opt.param_groups[0]["lr"], time.perf_counter() - t0)
     model.eval()
     return losses
+
+
+def _autocast(device: torch.device, dtype: torch.dtype | None) -> contextlib.AbstractContextManager[Any]:
+    return torch.autocast(device.type, dtype=dtype) if dtype is not None else contextlib.nullcontext()
 
 
 def jaccard_distance(a: Sequence[int], b: Sequence[int]) -> float:
@@ -292,6 +309,8 @@ def warm_start(
     eval_settings: EvalSettings | None = None,
     log_every: int | None = None,
     answer_noise: float = 0.0,
+    device: torch.device | str = "cpu",
+    compute_dtype: str = "float32",
 ) -> Path:
     """SFT a tiny ``spec`` model on ``task``'s worked solutions; return its directory (cached).
 
@@ -309,14 +328,23 @@ def warm_start(
     None keeps the caller's). One thread is the default: for matrices this small a second thread
     buys little, the float summation order (hence the weights) then does not depend on the
     machine, and on a shared 2-core box two OpenMP threads were measured 10-100x slower.
+
+    ``device`` is where SFT and its evaluation run (``fastrl.models.device.resolve_device``: the
+    GPU when there is one). On CUDA, ``compute_dtype="bfloat16"`` runs the forward under bf16
+    autocast (float32 weights and optimizer); on the CPU it is ignored. The saved weights are
+    float32 either way.
     """
     if steps < 0 or batch_size < 1 or lr <= 0:
         raise ValueError(f"warm_start: need steps >= 0, batch_size >= 1, lr > 0; got {steps}, {batch_size}, {lr}")
     if not 0.0 <= answer_noise < 1.0:
         raise ValueError(f"warm_start: answer_noise={answer_noise} must lie in [0, 1)")
+    device = torch.device(device)
+    if compute_dtype not in ("float32", "bfloat16"):
+        raise ValueError(f"warm_start: compute_dtype={compute_dtype!r}; valid: float32, bfloat16")
+    autocast = "bfloat16" if compute_dtype == "bfloat16" and device.type == "cuda" else None
     inputs = sft_inputs(task, spec, seed=seed, steps=steps, lr=lr, batch_size=batch_size, num_train=num_train,
                         template=template, warmup_frac=warmup_frac, weight_decay=weight_decay,
-                        answer_noise=answer_noise)
+                        answer_noise=answer_noise, device_type=device.type, autocast_dtype=autocast)
     key = cache_key(inputs)
     out_root = Path(out_root)
     final = out_root / f"{task}-{spec.kind}-{key}"
@@ -339,6 +367,7 @@ def warm_start(
         t0 = time.perf_counter()
         build_tiny_model_dir(spec, tmp, seed=seed)
         model, processor = load_policy(tmp)
+        model = model.to(device)
         encoder = PromptEncoder.from_processor(processor)
         tokenizer = encoder.tokenizer
         train = generate_task(task, split="train", num=num_train, seed=seed)
@@ -346,12 +375,12 @@ def warm_start(
         targets = _route_ids(tokenizer, train)
         noisy = _noisy_route_ids(tokenizer, train, seed) if answer_noise > 0 else None
         t_prep = time.perf_counter() - t0
-        with torch.random.fork_rng(devices=[]):
+        with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
             torch.manual_seed(seed)
             losses = train_sft(model, prompts, targets, pad_id=tokenizer.pad_token_id, seed=seed, steps=steps, lr=lr,
                                batch_size=batch_size, warmup_frac=warmup_frac, weight_decay=weight_decay,
                                log_every=log_every or max(1, steps // 10), noisy_targets=noisy,
-                               answer_noise=answer_noise)
+                               answer_noise=answer_noise, autocast_dtype=torch.bfloat16 if autocast else None)
         t_train = time.perf_counter() - t0 - t_prep
         model.save_pretrained(str(tmp), safe_serialization=True)
         settings = eval_settings or EvalSettings()
@@ -368,6 +397,7 @@ def warm_start(
             "prep_seconds": t_prep,
             "train_seconds": t_train,
             "torch_threads": torch.get_num_threads(),
+            "device": str(device),
             "num_parameters": sum(p.numel() for p in model.parameters()),
             "loss_first": losses[0] if losses else None,
             "loss_last_10pct": float(np.mean(losses[-max(1, len(losses) // 10):])) if losses else None,

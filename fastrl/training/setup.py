@@ -6,6 +6,7 @@ can build a trainer around a tiny policy without touching the loop.
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
@@ -14,6 +15,7 @@ import torch
 
 from fastrl.config import FastRLConfig
 from fastrl.data.schema import Record
+from fastrl.models.device import check_deepspeed_device, deepspeed_device, module_device, resolve_device
 from fastrl.rollout.base import PromptInput, RolloutEngine, SamplingConfig
 from fastrl.training import distributed as dist
 from fastrl.training.batch import RolloutBatch
@@ -25,8 +27,9 @@ class DataError(ValueError):
     """A dataset named in the config cannot be used; the message names the file or key."""
 
 
-def resolve_policy_path(cfg: FastRLConfig) -> Path:
-    """``model.path`` when given; else the cached SFT warm start of the tiny model for the task."""
+def resolve_policy_path(cfg: FastRLConfig, device: torch.device | None = None) -> Path:
+    """``model.path`` when given; else the cached SFT warm start of the tiny model for the task,
+    trained on ``device`` (default: ``model.device`` resolved)."""
     if cfg.model.path:
         return Path(cfg.model.path) if Path(cfg.model.path).exists() else cfg.model.path  # type: ignore[return-value]
     from fastrl.models.builders import TinyModelSpec
@@ -46,7 +49,8 @@ def resolve_policy_path(cfg: FastRLConfig) -> Path:
         path = warm_start(
             cfg.data.task, spec, out_root=SFT_CACHE, seed=cfg.data.seed, steps=cfg.model.sft_steps,
             lr=cfg.model.sft_lr, batch_size=cfg.model.sft_batch_size, template=cfg.data.template,
-            answer_noise=cfg.model.sft_answer_noise,
+            answer_noise=cfg.model.sft_answer_noise, device=device or resolve_device(cfg.model.device),
+            compute_dtype=cfg.model.dtype,
         )
     return Path(dist.broadcast_object(str(path) if path else None))
 
@@ -103,7 +107,7 @@ class PolicyBundle:
         responses = self.engine.generate(prompts, 1, sampling)
         batch = collate([prompts[r.prompt_index] for r in responses], [r.response_ids for r in responses], self.pad_id)
         with torch.no_grad():
-            trainer_logp = response_logprobs(self.actor.module, batch)
+            trainer_logp = response_logprobs(self.actor.module, batch).float().cpu()  # compared on the CPU
         engine_logp = torch.zeros_like(trainer_logp)
         for row, r in enumerate(responses):
             engine_logp[row, : len(r.logprobs)] = torch.tensor(r.logprobs)
@@ -176,22 +180,52 @@ def _eos_ids(tokenizer: Any) -> list[int]:
     return [int(tok.eos_token_id)]
 
 
+def policy_device(cfg: FastRLConfig) -> torch.device:
+    """Where the policy trains: DeepSpeed's device (checked against ``model.device``) with
+    DeepSpeed, else ``model.device`` resolved (auto = CUDA when available)."""
+    if cfg.trainer.use_deepspeed:
+        device = deepspeed_device()
+        check_deepspeed_device(cfg.model.device, device)
+        return device
+    return resolve_device(cfg.model.device)
+
+
+def place_reference(reference: torch.nn.Module | None, actor: Any) -> torch.nn.Module | None:
+    """Put a plain (not ZeRO-3-wrapped) reference model on the actor's device; the reference
+    pass then sees batches on the same device as the actor's passes."""
+    if reference is None or _is_deepspeed_engine(reference):
+        return reference  # absent, or a ZeRO-3 engine that placed itself
+    return reference.to(module_device(actor.model))
+
+
+def _is_deepspeed_engine(module: torch.nn.Module) -> bool:
+    ds = sys.modules.get("deepspeed")
+    return ds is not None and isinstance(module, ds.DeepSpeedEngine)
+
+
 def build_policy(cfg: FastRLConfig) -> PolicyBundle:
-    from fastrl.models.builders import load_policy
+    from fastrl.models.builders import is_fastrl_tiny_dir, load_policy
     from fastrl.models.processing import PromptEncoder
     from fastrl.training.actor import Actor, build_reference
 
-    path = resolve_policy_path(cfg)
+    device = policy_device(cfg)
+    path = resolve_policy_path(cfg, device)
     dtype = torch.bfloat16 if cfg.model.dtype == "bfloat16" else torch.float32
     model, tokenizer = load_policy(path, dtype=dtype)
+    if not cfg.trainer.use_deepspeed:
+        model = model.to(device)  # DeepSpeed moves the model itself
     actor_cfg = build_actor_config(cfg)
     actor = Actor(model, actor_cfg)
-    reference = (
+    reference = place_reference(
         build_reference(path, actor_cfg, loader=lambda p: load_policy(p, dtype=dtype)[0])
-        if cfg.algorithm.kl_coef > 0 else None  # no reference model at all without a KL term
+        if cfg.algorithm.kl_coef > 0 else None,  # no reference model at all without a KL term
+        actor,
     )
     engine = build_engine(cfg, actor, tokenizer, path)
-    encoder = PromptEncoder.from_processor(tokenizer)
+    # Paper-scale VL images are resized as qwen-vl-utils does; tiny stand-ins keep their own size.
+    pixels = {} if is_fastrl_tiny_dir(path) else {"min_pixels": cfg.model.min_pixels,
+                                                   "max_pixels": cfg.model.max_pixels}
+    encoder = PromptEncoder.from_processor(tokenizer, **pixels)
     return PolicyBundle(
         cfg=cfg, path=Path(path), actor=actor, reference=reference, engine=engine, tokenizer=tokenizer,
         encoder=encoder, pad_id=_pad_id(tokenizer), reward_name=cfg.data.reward, template=cfg.data.template,

@@ -7,6 +7,11 @@ out ``members[rank::world]``. Every rank therefore does the same number of micro
 backward calls, and the union over ranks of each mini-batch is the same as on one rank: a 2-rank
 step sums to the 1-rank gradient. Loss normalisation uses global counts (all-reduced), so the
 token-mean is over the whole mini-batch across ranks, not per micro-batch.
+
+Devices. :func:`compute_logprobs` returns its log-probs on the CPU (small, and what the ranks
+all-gather); :func:`update_policy` moves every tensor the loss combines with the policy's
+log-probs (old and reference log-probs, advantages, response mask) to the device of those
+log-probs, i.e. of the model's logits, so a CUDA policy meets no CPU tensor in the loss.
 """
 
 from __future__ import annotations
@@ -99,18 +104,46 @@ def compute_logprobs(
     out: dict[int, torch.Tensor] = {}
     for mb in micro_batches(indices, micro_batch_size):
         tensors = _batch_tensors(batch, mb, pad_id)
-        logp = response_logprobs(model, tensors)
+        logp = response_logprobs(model, tensors).float().cpu()  # one device->host copy per micro-batch
         for row, i in enumerate(mb):
-            out[i] = logp[row, : len(batch.response_ids[i])].float().cpu()
+            out[i] = logp[row, : len(batch.response_ids[i])]
     model.train(was_training)
     return out
 
 
-def _pad(rows: Sequence[torch.Tensor], width: int) -> torch.Tensor:
+def _pad(rows: Sequence[torch.Tensor], width: int, device: torch.device) -> torch.Tensor:
+    """Right-pad per-response rows (any device) with zeros into one [len(rows), width] float32
+    tensor on ``device``."""
     out = torch.zeros(len(rows), width)
     for r, t in enumerate(rows):
-        out[r, : t.numel()] = t
-    return out
+        out[r, : t.numel()] = t.detach().float().cpu()
+    return out.to(device)
+
+
+def _item(t: torch.Tensor | float) -> float:
+    """A 0-dim tensor's (or a number's) value as a Python float: the one place the update reads
+    a scalar back from the device."""
+    return float(t.detach()) if isinstance(t, torch.Tensor) else float(t)
+
+
+def loss_inputs(
+    batch: RolloutBatch,
+    mb: Sequence[int],
+    tensors: dict,
+    old_logprobs: dict[int, torch.Tensor],
+    ref_logprobs: dict[int, torch.Tensor] | None,
+    *,
+    width: int,
+    device: torch.device,
+) -> dict[str, torch.Tensor | None]:
+    """Old/ref log-probs [b, width], advantages [b] and response mask [b, width] of micro-batch
+    ``mb``, all float32 on ``device`` (the device of the policy's log-probs)."""
+    return {
+        "old": _pad([old_logprobs[i] for i in mb], width, device),
+        "ref": None if ref_logprobs is None else _pad([ref_logprobs[i] for i in mb], width, device),
+        "adv": batch.advantages[list(mb)].float().to(device),
+        "mask": tensors["response_mask"].float().to(device),
+    }
 
 
 def update_policy(
@@ -144,29 +177,28 @@ def update_policy(
         shares = torch.zeros(3, dtype=torch.float64)  # pg, kl, total: this rank's shares
         for mb in micro_batches(local, micro_batch_size):
             tensors = _batch_tensors(batch, mb, pad_id)
-            mask = tensors["response_mask"].float()
             logp, entropy = response_logprobs(actor.module, tensors, with_entropy=True)
-            width = logp.shape[1]
-            old = _pad([old_logprobs[i] for i in mb], width)
-            adv = batch.advantages[mb].float()
+            use_ref = ref_logprobs is not None and settings.kl_coef > 0
+            inputs = loss_inputs(batch, mb, tensors, old_logprobs, ref_logprobs if use_ref else None,
+                                 width=logp.shape[1], device=logp.device)
+            mask = inputs["mask"]
             # Global denominators: each micro-batch contributes its share of the mini-batch mean.
             denominators = {"global_token_count": global_tokens, "global_seq_count": global_seqs}
             loss, pg_metrics = policy_loss_fn(
-                logp, old, adv, mask, clip_low=settings.clip_low, clip_high=settings.clip_high,
-                dual_clip=settings.dual_clip, agg=settings.agg, **denominators,
+                logp, inputs["old"], inputs["adv"], mask, clip_low=settings.clip_low,
+                clip_high=settings.clip_high, dual_clip=settings.dual_clip, agg=settings.agg, **denominators,
             )
-            metrics = {f"actor/{k}": float(v) for k, v in pg_metrics.items()}
-            shares[0] += float(loss.detach())
-            if ref_logprobs is not None and settings.kl_coef > 0:
-                ref = _pad([ref_logprobs[i] for i in mb], width)
-                kl = losses.aggregate(losses.kl_penalty(logp, ref, kind=settings.kl_kind), mask,
+            metrics = {f"actor/{k}": _item(v) for k, v in pg_metrics.items()}
+            shares[0] += _item(loss)
+            if inputs["ref"] is not None:
+                kl = losses.aggregate(losses.kl_penalty(logp, inputs["ref"], kind=settings.kl_kind), mask,
                                       mode=settings.agg, **denominators)
                 loss = loss + settings.kl_coef * kl
-                shares[1] += float(kl.detach())
-            shares[2] += float(loss.detach())
+                shares[1] += _item(kl)
+            shares[2] += _item(loss)
             check_finite(loss, f"policy loss (mini-batch {mb_index})")
             actor.backward(loss)
-            metrics["actor/entropy"] = float((entropy.detach() * mask).sum() / mask.sum().clamp_min(1))
+            metrics["actor/entropy"] = _item((entropy.detach() * mask).sum() / mask.sum().clamp_min(1))
             for k, v in metrics.items():
                 sums[k] = sums.get(k, 0.0) + v
             count += 1

