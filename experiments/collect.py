@@ -59,7 +59,7 @@ def generated_dir(scale: str, root: Path | None = None) -> Path:
 # metric -> unit of the measured value
 UNITS: dict[str, str] = {
     "in_domain_acc": "%", "ood_avg": "%", "avg_acc": "%", "acc_before": "%", "aime_avg": "%",
-    "train_time_s": "s", "speedup_vs_grpo": "x", "kept_fraction": "", "mean_n": "count",
+    "train_time_s": "s", "train_cpu_s": "s", "speedup_vs_grpo": "x", "kept_fraction": "", "mean_n": "count",
     "tokens_generated": "tokens", "tokens_trained": "tokens", "avg_acc_gain": "%",
     "avg_acc_delta_vs_fastrl": "%", "step_time_s": "s", "avg_at_16": "%", "pass_at_16": "%",
     "avg_at_16_gain_vs_grpo": "points", "peak_acc": "%", "final_acc": "%",
@@ -182,6 +182,7 @@ def run_metrics(s: RunSummary) -> dict[str, float]:
         "in_domain_acc": 100.0 * s.acc_after,
         "avg_acc": 100.0 * s.avg_acc,
         "train_time_s": s.train_time_s,
+        **({"train_cpu_s": s.train_cpu_s} if s.train_cpu_s == s.train_cpu_s else {}),
         "kept_fraction": s.kept_fraction,
         "mean_n": s.mean_n,
         "tokens_generated": s.tokens_generated,
@@ -307,13 +308,15 @@ def paired_rows(
                                       note=f"{name}(this) - {name}({ref}) per seed, seeds {sorted(diffs)}; "
                                            f"mean [95 % t-interval, df = {len(diffs) - 1}]"))
     if speedup:
-        mine = {k: m[time_metric] for k, m in per_seed.items() if time_metric in m}
-        theirs = {k: m[time_metric] for k, m in ref_per_seed.items() if time_metric in m}
-        ratios = paired_values(mine, theirs, ratio=True)
-        if ratios:
-            rows.append(_interval_row(target, cell, f"speedup_vs_{ref}_ci95", ratios,
-                                      note=f"{ref} time / this time per seed, seeds {sorted(ratios)}; "
-                                           f"mean [95 % t-interval, df = {len(ratios) - 1}]; no effect = 1"))
+        for metric, name, what in ((time_metric, f"speedup_vs_{ref}_ci95", "time"),
+                                   ("train_cpu_s", f"speedup_cpu_vs_{ref}_ci95", "CPU seconds")):
+            mine = {k: m[metric] for k, m in per_seed.items() if metric in m}
+            theirs = {k: m[metric] for k, m in ref_per_seed.items() if metric in m}
+            ratios = paired_values(mine, theirs, ratio=True)
+            if ratios:
+                rows.append(_interval_row(target, cell, name, ratios,
+                                          note=f"{ref} {what} / this {what} per seed, seeds {sorted(ratios)}; "
+                                               f"mean [95 % t-interval, df = {len(ratios) - 1}]; no effect = 1"))
     return rows
 
 

@@ -56,7 +56,7 @@ def run_record(spec: RunSpec, commit: str) -> dict[str, Any]:
         "summary": {"steps": s.steps, "train_time_s": s.train_time_s, "acc_before": s.acc_before,
                     "acc_after": s.acc_after, "ood": s.ood, "tokens_generated": s.tokens_generated,
                     "tokens_trained": s.tokens_trained, "kept_fraction": s.kept_fraction, "mean_n": s.mean_n,
-                    "timing_s": s.timing},
+                    "timing_s": s.timing, "train_cpu_s": s.train_cpu_s},
         "validation": [{k: _round(v) for k, v in r.items() if "accuracy" in k or k in ("step", "phase")} for r in val],
         "steps": [{k: _round(r[k]) for k in STEP_KEYS if k in r} for r in train_rows(rows)],
     }
@@ -108,6 +108,7 @@ def summary_from_record(record: dict[str, Any]) -> RunSummary:
         ood={k: float(v) for k, v in (s.get("ood") or {}).items()}, tokens_generated=float(s["tokens_generated"]),
         tokens_trained=float(s["tokens_trained"]), kept_fraction=float(s["kept_fraction"]), mean_n=float(s["mean_n"]),
         timing={k: float(v) for k, v in (s.get("timing_s") or {}).items()},
+        train_cpu_s=float(s.get("train_cpu_s", "nan")),
         spec={"identity": record.get("identity"), "command": record.get("command"),
               "code_commit": record.get("trained_at_commit")},
     )

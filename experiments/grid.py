@@ -110,7 +110,7 @@ def paired_order(rows: Sequence[C.Row], already: Sequence[str] = (), first: str 
     refs: dict[str, int] = {first: 0} if first else {}
     split: dict[str, tuple[str, str]] = {}
     for m in paired:
-        base, ref = (m[2:].rsplit("_vs_", 1) if m.startswith("d_") else (m, m[len("speedup_vs_"):-len("_ci95")]))
+        base, ref = (m[2:].rsplit("_vs_", 1) if m.startswith("d_") else (m, m[: -len("_ci95")].rsplit("_vs_", 1)[1]))
         split[m] = (base, ref)
         refs.setdefault(ref, len(refs))
 

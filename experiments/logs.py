@@ -60,6 +60,9 @@ class RunSummary:
     mean_n: float
     timing: dict[str, float] = field(default_factory=dict)  # stage -> total seconds
     spec: dict[str, Any] = field(default_factory=dict)
+    # sum of cpu_s/step (this process's CPU seconds; NaN for runs logged before it existed): the
+    # speedup measure that the neighbours of a shared machine do not move
+    train_cpu_s: float = float("nan")
 
     @property
     def avg_acc(self) -> float:
@@ -118,6 +121,7 @@ def summarize(run_dir: Path) -> RunSummary:
         mean_n=float(np.mean([float(r["rollout/n"]) for r in steps])) if steps else float("nan"),
         timing=timing,
         spec=read_spec(run_dir),
+        train_cpu_s=total("cpu_s/step") if steps and "cpu_s/step" in steps[0] else float("nan"),
     )
 
 

@@ -33,6 +33,7 @@ def summarize_run(run_dir: Path, fit_summary: dict[str, Any]) -> dict[str, Any]:
     return {
         "steps": len(rows),
         "wall_s": total("timing_s/step"),
+        "cpu_s": total("cpu_s/step"),
         "train_wall_s": fit_summary.get("train_wall_s"),
         "acc_before": fit_summary.get("acc_before"),
         "acc_after": fit_summary.get("acc_after"),
@@ -55,6 +56,7 @@ def format_table(methods: dict[str, dict[str, Any]]) -> str:
 
     row("steps", lambda m: str(m["steps"]))
     row("wall-clock, train steps (s)", lambda m: f"{m['wall_s']:.1f}")
+    row("CPU seconds, train steps (this process)", lambda m: f"{m.get('cpu_s', float('nan')):.1f}")
     for s in STAGES[:-1]:
         row(f"  timing_s/{s}", lambda m, s=s: f"{m['timing_s'][s]:.1f}")
     row("tokens generated", lambda m: f"{m['tokens_generated']:.0f}")
@@ -66,6 +68,8 @@ def format_table(methods: dict[str, dict[str, Any]]) -> str:
     if "grpo" in methods:
         base = methods["grpo"]["wall_s"]
         row("speedup vs GRPO (wall-clock)", lambda m: f"{base / max(m['wall_s'], 1e-9):.2f}x")
+        base_cpu = methods["grpo"].get("cpu_s", float("nan"))
+        row("speedup vs GRPO (CPU seconds)", lambda m: f"{base_cpu / max(m.get('cpu_s', float('nan')), 1e-9):.2f}x")
     if "grpo" in methods and "fastrl" in methods:
         budget = methods["fastrl"]["wall_s"]
         row("val accuracy at FastRL's total wall-clock", lambda m: f"{accuracy_at(m['val_curve'], budget):.3f}")

@@ -14,21 +14,26 @@ STAGES = ("gen", "reward", "adv", "prune", "old_log_prob", "ref", "update_actor"
 
 
 class StageTimer:
-    """Accumulates wall-clock seconds per stage under ``timing_s/<stage>``."""
+    """Accumulates wall-clock seconds per stage under ``timing_s/<stage>`` and this process's CPU
+    seconds under ``cpu_s/<stage>``: on a shared machine (2 cores, several runs at once) wall-clock
+    also measures the neighbours, while CPU time measures the work (with one torch thread)."""
 
     def __init__(self) -> None:
         self.seconds: dict[str, float] = {s: 0.0 for s in STAGES}
+        self.cpu_seconds: dict[str, float] = {s: 0.0 for s in STAGES}
 
     @contextmanager
     def stage(self, name: str) -> Iterator[None]:
-        start = time.perf_counter()
+        start, cpu = time.perf_counter(), time.process_time()
         try:
             yield
         finally:
             self.seconds[name] = self.seconds.get(name, 0.0) + time.perf_counter() - start
+            self.cpu_seconds[name] = self.cpu_seconds.get(name, 0.0) + time.process_time() - cpu
 
     def metrics(self) -> dict[str, float]:
-        return {f"timing_s/{k}": v for k, v in self.seconds.items()}
+        return {**{f"timing_s/{k}": v for k, v in self.seconds.items()},
+                **{f"cpu_s/{k}": v for k, v in self.cpu_seconds.items()}}
 
 
 def _jsonable(value: Any) -> Any:

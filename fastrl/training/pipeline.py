@@ -207,13 +207,14 @@ class Trainer:
     def train_step(self) -> dict[str, Any]:
         """One rollout batch: generate, then learn from it, then update ARS/GRESO statistics."""
         timer = StageTimer()
-        step_start = time.perf_counter()
+        step_start, step_cpu = time.perf_counter(), time.process_time()
         n_before = self.components.rollout_scaler.n
         batch, rollout_metrics = self.rollout_with_filter(timer)
         kept, learn_metrics = self.learn(batch, timer)
         self.state.step += 1
         scaler_metrics = self.update_statistics(batch, kept)
         timer.seconds["step"] = time.perf_counter() - step_start
+        timer.cpu_seconds["step"] = time.process_time() - step_cpu
         return {
             **rollout_metrics,
             **self._batch_metrics(batch, kept, n_before),

@@ -27,7 +27,8 @@ def test_every_method_trains_at_smoke_scale(tmp_path, method):
     assert len(steps) == 2 and summary["steps"] == 2
     for r in steps:
         for s in STAGES:
-            assert f"timing_s/{s}" in r
+            assert f"timing_s/{s}" in r and f"cpu_s/{s}" in r
+        assert 0 < r["cpu_s/step"]
         assert r["tokens/generated"] > 0 and 0 < r["tokens/trained"] <= r["tokens/generated"]
         assert 0 < r["prune/kept_fraction"] <= 1
         # refilled to a multiple of the optimizer mini-batch (or everything kept)
