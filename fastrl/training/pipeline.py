@@ -59,6 +59,7 @@ class Trainer:
         if cfg.trainer.torch_threads > 0:
             torch.set_num_threads(cfg.trainer.torch_threads)
         seed_everything(cfg.trainer.seed)
+        _check_world_fits(cfg, dist.world_size())
         self.run_dir = Path(cfg.trainer.run_dir)
         if dist.is_main():
             self.run_dir.mkdir(parents=True, exist_ok=True)
@@ -453,6 +454,19 @@ def rollout_probs_diff(batch: RolloutBatch, trainer_logprobs: dict[int, torch.Te
 
 def _accuracy_groups(batch: RolloutBatch) -> dict[str, list[float]]:
     return {uid: [float(batch.accuracies[i]) for i in idx] for uid, idx in batch.group_indices().items()}
+
+
+def _check_world_fits(cfg: FastRLConfig, world: int) -> None:
+    """Every optimizer mini-batch (and hence MDAP's refill unit) must split evenly over the ranks."""
+    t = cfg.trainer
+    if t.update_mode == "fixed_minibatch" and t.effective_mini_batch % world:
+        raise ValueError(
+            f"trainer.mini_batch_size / trainer.mini_batch_divisor = {t.mini_batch_size} / {t.mini_batch_divisor} = "
+            f"{t.effective_mini_batch} trajectories per optimizer step cannot be split over {world} ranks; "
+            f"make it a multiple of {world} (e.g. trainer.mini_batch_size={t.mini_batch_divisor * world * max(1, t.effective_mini_batch // world)})")
+    if (t.prompts_per_step * cfg.rollout.n) % world:
+        raise ValueError(f"trainer.prompts_per_step x rollout.n = {t.prompts_per_step} x {cfg.rollout.n} is not a "
+                         f"multiple of the world size {world}")
 
 
 def _gather_logprobs(local: dict[int, torch.Tensor]) -> dict[int, torch.Tensor]:

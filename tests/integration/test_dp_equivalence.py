@@ -27,8 +27,10 @@ def test_two_ranks_zero3_equal_one_rank(tmp_path):
     launcher = shutil.which("deepspeed", path=str(Path(sys.executable).parent)) or shutil.which("deepspeed")
     if launcher is None:
         pytest.skip("the `deepspeed` launcher is not installed (pip install deepspeed); `make setup` installs it")
+    # FastRL's mini-batch 8 / 4 = 2 trajectories: a multiple of both world sizes, so both runs refill
+    # to the same multiple and split the kept set into the same optimizer steps
     common = ["trainer.use_deepspeed=true", "trainer.zero_stage=3", "trainer.micro_batch_size=2",
-              "algorithm.kl_coef=0.01", "trainer.updates_per_step=2", "trainer.progress=false"]
+              "algorithm.kl_coef=0.01", "trainer.mini_batch_size=8", "trainer.progress=false"]
     one, two = tmp_path / "one.json", tmp_path / "two.json"
     subprocess.run([sys.executable, str(SCRIPT), str(one), f"trainer.run_dir={tmp_path / 'r1'}", *common],
                    cwd=REPO, env=_env(), check=True, timeout=900, capture_output=True)
@@ -54,7 +56,8 @@ def test_two_rank_training_run_with_checkpoints(tmp_path):
     run = tmp_path / "run"
     proc = subprocess.run([launcher, "--num_gpus", "2", "--master_port", "29534", "--module", "fastrl.cli", "train",
                            "methods/fastrl.yaml", "--scale", "smoke", f"trainer.run_dir={run}",
-                           "trainer.use_deepspeed=true", "trainer.zero_stage=3", "trainer.save_every=1"],
+                           "trainer.use_deepspeed=true", "trainer.zero_stage=3", "trainer.save_every=1",
+                           "trainer.mini_batch_size=8"],
                           cwd=REPO, env=_env(), timeout=900, capture_output=True, text=True)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]

@@ -71,3 +71,12 @@ def test_greso_step_never_shrinks(tmp_path):
         m = trainer.train_step()
         assert m["rollout/num_prompts"] == trainer.cfg.trainer.prompts_per_step
         assert m["rollout/prompts_drawn"] >= m["rollout/num_prompts"]
+
+
+def test_a_mini_batch_that_cannot_split_over_the_ranks_is_an_error():
+    from fastrl.training.pipeline import _check_world_fits
+
+    cfg = load_config("methods/fastrl.yaml", scale="smoke")  # 4 / 4 = 1 trajectory per optimizer step
+    _check_world_fits(cfg, 1)
+    with pytest.raises(ValueError, match=r"trainer.mini_batch_size=8"):
+        _check_world_fits(cfg, 2)
