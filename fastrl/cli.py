@@ -3,6 +3,9 @@
     fastrl train configs/methods/fastrl.yaml --scale mini algorithm.mdap.tau=0.6
     fastrl sweep configs/tables/tau_sweep.yaml --scale smoke
     fastrl demo
+
+A bad config key or value, a missing file or model path and other bad input end with one line,
+``fastrl: error: ...``, and exit code 2; ``fastrl --debug ...`` adds the traceback.
 """
 
 from __future__ import annotations
@@ -11,7 +14,9 @@ import argparse
 import itertools
 import json
 import os
+import re
 import sys
+import traceback
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -97,7 +102,27 @@ def parse_benchmark(spec: str):
     return spec, generate_task(task, split="val", num=200, seed=1234, variant=variant or "default")
 
 
+# A Hugging Face hub id: namespace/name (letters, digits, '-', '_', '.'), not starting with '.'.
+_HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*/[\w.-]+")
+
+
+def is_hub_id(model: str) -> bool:
+    """Whether ``model`` (not an existing path) reads as a hub id such as ``Qwen/Qwen2.5-VL-7B-Instruct``
+    rather than a local path: ``namespace/name``, and ``namespace`` is not a local directory
+    (``runs/typo`` is a mistyped run directory, not a model on the hub)."""
+    return bool(_HUB_ID.fullmatch(model)) and not Path(model.split("/", 1)[0]).is_dir()
+
+
+def check_model_arg(model: str) -> None:
+    """A ``--model`` that is neither an existing path nor a hub id is a one-line error up front,
+    not an OSError traceback from transformers."""
+    if not Path(model).exists() and not is_hub_id(model):
+        raise FileNotFoundError(f"--model {model!r}: no such run or model directory (and not a hub id "
+                                "namespace/name)")
+
+
 def cmd_eval(args: argparse.Namespace) -> int:
+    check_model_arg(args.model)
     from fastrl.data.templates import build_prompt_text
     from fastrl.evaluation.evaluate import evaluate, validation_sampling
     from fastrl.evaluation.metrics import markdown_table, write_json, write_markdown
@@ -142,6 +167,8 @@ def cmd_eval(args: argparse.Namespace) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="fastrl", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    debug_help = "on an error, print the full traceback too (not only the one-line message)"
+    p.add_argument("--debug", action="store_true", help=debug_help)
     sub = p.add_subparsers(dest="command", required=True)
 
     t = sub.add_parser("train", help="train one method: fastrl train CONFIG [key=value ...]")
@@ -192,6 +219,8 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--limit", type=int, default=0, help="first N problems of each benchmark (0: all)")
     e.add_argument("--out", default="runs/eval")
     e.set_defaults(func=cmd_eval)
+    for sp in (t, s, f, d, e):  # `fastrl train CFG --debug` works as well as `fastrl --debug train CFG`
+        sp.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help=debug_help)
     return p
 
 
@@ -208,12 +237,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     if extra:
         args.overrides = [*args.overrides, *extra]
     _default_accelerator()
-    from fastrl.config import ConfigError
-
     try:
         code = int(args.func(args) or 0)
-    except ConfigError as exc:
-        print(f"fastrl: config error: {exc}", file=sys.stderr)
+    # Bad input: ConfigError, DataError and RecordError are ValueErrors; a missing file or model path
+    # is a FileNotFoundError. Anything else is a bug and keeps its traceback.
+    except (ValueError, FileNotFoundError) as exc:
+        if args.debug:
+            traceback.print_exc()
+        print(f"{parser.prog}: error: {exc}", file=sys.stderr)
         return 2
     from fastrl.training.distributed import shutdown_distributed
 

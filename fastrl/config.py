@@ -5,13 +5,15 @@ Composition order (later wins)::
     configs/base/default.yaml -> configs/scales/<scale>.yaml -> the YAML given on the command line
     (which may list more files under ``defaults:``, e.g. a method) -> ``dotted.key=value`` overrides
 
-Every key must exist in the dataclasses below: an unknown key or a value of the wrong type is a
-``ConfigError`` that names the key and lists the valid ones. Defaults live here and only here.
+Every key must exist in the dataclasses below: an unknown key is a ``ConfigError`` that suggests
+the nearest valid key and lists the keys of its section; a value of the wrong type names the key.
+Defaults live here and only here. This module imports neither torch nor transformers.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import difflib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
@@ -19,6 +21,8 @@ from typing import Any, Sequence
 import yaml
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
+
+from fastrl.algorithms.loss_modes import AGG_MODES, CONSTANT_NORM_MODE
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 CONFIG_ROOT = REPO_ROOT / "configs"
@@ -178,7 +182,11 @@ class AlgorithmConfig:
     clip_low: float = 0.2
     clip_high: float = 0.3
     dual_clip: float | None = 3.0
-    loss_agg: str = "token-mean"
+    loss_agg: str = "token-mean"  # one of fastrl.algorithms.loss_modes.AGG_MODES (see losses.aggregate)
+    # Dr.GRPO's constant C of loss_agg = seq-mean-token-sum-norm (loss = masked token sum / C). None: the
+    # padded response width of each micro-batch (losses.aggregate's default, as verl), which varies with
+    # the batch; the generation limit (rollout.max_new_tokens) keeps C constant through training.
+    loss_norm_constant: float | None = None
     kl_coef: float = 0.01  # 0 disables the KL loss and the reference model
     kl_kind: str = "k3"
     mdap: MDAPConfig = field(default_factory=MDAPConfig)
@@ -197,6 +205,15 @@ class AlgorithmConfig:
         )
         _check_choice("algorithm.rollout_scaler", self.rollout_scaler, ("fixed", "ars"))
         _check_choice("algorithm.policy_loss", self.policy_loss, ("ppo_clip", "gspo", "gspo_token"))
+        _check_choice("algorithm.loss_agg", self.loss_agg, AGG_MODES)
+        if self.loss_norm_constant is not None:
+            if not self.loss_norm_constant > 0:
+                raise ConfigError(f"algorithm.loss_norm_constant = {self.loss_norm_constant} must be > 0")
+            if self.loss_agg != CONSTANT_NORM_MODE:
+                raise ConfigError(
+                    f"algorithm.loss_norm_constant = {self.loss_norm_constant} applies only to "
+                    f"algorithm.loss_agg = {CONSTANT_NORM_MODE} (now {self.loss_agg}); set it to null"
+                )
         _check_choice("algorithm.kl_kind", self.kl_kind, ("k1", "k2", "k3"))
         _check_choice("algorithm.mdap.rule", self.mdap.rule, ("release", "greedy"))
         _check_choice("algorithm.ars.rule", self.ars.rule, ("release", "retention"))
@@ -283,6 +300,98 @@ def valid_keys(cls: type = FastRLConfig, prefix: str = "") -> list[str]:
     return keys
 
 
+def _children(cls: type) -> dict[str, type | None]:
+    """One section of the schema: field name -> its section's dataclass, or None for a value."""
+    out: dict[str, type | None] = {}
+    for f in dataclasses.fields(cls):
+        default = f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
+        out[f.name] = type(default) if dataclasses.is_dataclass(default) else None
+    return out
+
+
+def _keys_of(cls: type, section: Sequence[str]) -> str:
+    """``Keys of algorithm.mdap: tau, rule`` (subsections listed apart)."""
+    children = _children(cls)
+    values = [k for k, sub in children.items() if sub is None]
+    sections = [k for k, sub in children.items() if sub is not None]
+    text = f"Keys of {'.'.join(section)}: " if section else "Top-level keys: "
+    text += ", ".join(values) if values else "(none)"
+    return text + (f"; sections: {', '.join(sections)}" if sections else "")
+
+
+def _close_keys(cls: type, prefix: str, rest: Sequence[str]) -> list[str]:
+    """Valid dotted keys reached by matching each part of ``rest`` to its nearest field name."""
+    children = _children(cls)
+    head, tail = rest[0], rest[1:]
+    names = [head] if head in children else difflib.get_close_matches(head, list(children), n=3, cutoff=0.6)
+    out: list[str] = []
+    for name in names:
+        sub = children[name]
+        if not tail and sub is None:
+            out.append(prefix + name)
+        elif tail and sub is not None:
+            out.extend(_close_keys(sub, f"{prefix}{name}.", tail))
+    return out
+
+
+def unknown_key_message(key: str) -> str:
+    """What is wrong with a dotted key that is not in the schema, with the nearest valid key(s)
+    and the keys of the deepest section the key does name:
+
+    >>> unknown_key_message("algorithm.mdap.taux")
+    "unknown key 'algorithm.mdap.taux'; did you mean 'algorithm.mdap.tau'? Keys of algorithm.mdap: tau, rule"
+    """
+    parts = key.split(".")
+    cls: type = FastRLConfig
+    section: list[str] = []
+    for part in parts:
+        sub = _children(cls).get(part)
+        if sub is None:
+            break
+        cls = sub
+        section.append(part)
+    listing = _keys_of(cls, section)
+    if len(section) == len(parts):
+        return f"{key!r} is a section, not a key. {listing}"
+    rest = parts[len(section):]
+    if rest[0] in _children(cls):  # a value with more parts under it: trainer.seed.x
+        return f"unknown key {key!r}: {'.'.join([*section, rest[0]])!r} is a value, not a section. {listing}"
+    prefix = "".join(f"{p}." for p in section)
+    below = valid_keys(cls, prefix)
+    # The very name in a subsection first (algorithm.tau -> algorithm.mdap.tau), then near names.
+    suggestions = [k for k in below if len(rest) == 1 and k.rsplit(".", 1)[-1] == rest[0]]
+    suggestions += _close_keys(cls, prefix, rest)
+    if not suggestions:
+        leaves = difflib.get_close_matches(rest[-1], {k.rsplit(".", 1)[-1] for k in below}, n=3, cutoff=0.8)
+        suggestions = [k for k in below if k.rsplit(".", 1)[-1] in leaves]
+    suggestions = list(dict.fromkeys(suggestions))[:3]
+    hint = f"; did you mean {' or '.join(map(repr, suggestions))}?" if suggestions else "."
+    return f"unknown key {key!r}{hint} {listing}"
+
+
+def _first_bad_key(data: Any, cls: type = FastRLConfig, prefix: str = "") -> str | None:
+    """The first dotted key of a YAML mapping that the schema lacks (``trainr: {seed: 1}`` gives
+    ``trainr.seed``, so the suggestion can reach ``trainer.seed``) or that sets a whole section to
+    a value; None if every key is known."""
+    if not isinstance(data, dict):
+        return None
+    children = _children(cls)
+    for k, v in data.items():
+        name = str(k)
+        if name not in children:
+            while isinstance(v, dict) and v:
+                k, v = next(iter(v.items()))
+                name += f".{k}"
+            return prefix + name
+        sub = children[name]
+        if sub is not None and not isinstance(v, dict):
+            return prefix + name
+        found = _first_bad_key(v, sub, f"{prefix}{name}.") if sub is not None else None
+        if found:
+            return found
+    return None
+
+
 def _resolve_path(path: str | Path, relative_to: Path | None = None) -> Path:
     p = Path(path)
     candidates = [p] if p.is_absolute() else [
@@ -313,14 +422,17 @@ def _load_yaml_tree(path: Path, seen: tuple[Path, ...] = ()) -> list[tuple[Path,
 
 
 def _merge(base: DictConfig, update: Any, where: str) -> DictConfig:
+    bad = _first_bad_key(update)
+    if bad is not None:
+        raise ConfigError(f"{where}: {unknown_key_message(bad)}")
     try:
         return OmegaConf.merge(base, update)  # type: ignore[return-value]
     except OmegaConfBaseException as exc:
-        key = getattr(exc, "full_key", None) or "?"
+        key = getattr(exc, "full_key", None)
         msg = str(exc).splitlines()[0]
-        raise ConfigError(
-            f"{where}: bad key or value {key!r} ({msg}). Valid keys: {', '.join(valid_keys())}"
-        ) from None
+        if key and key not in valid_keys():
+            raise ConfigError(f"{where}: {unknown_key_message(key)}") from None
+        raise ConfigError(f"{where}: bad value for {key!r}: {msg}" if key else f"{where}: {msg}") from None
 
 
 def load_config(
@@ -353,8 +465,8 @@ def load_config(
         if "=" not in ov:
             raise ConfigError(f"override {ov!r} must look like dotted.key=value")
         key = ov.split("=", 1)[0]
-        if key not in valid_keys() and key not in ("scale",):
-            raise ConfigError(f"override {ov!r}: unknown key {key!r}. Valid keys: {', '.join(valid_keys())}")
+        if key not in valid_keys():
+            raise ConfigError(unknown_key_message(key))
         cfg = _merge(cfg, OmegaConf.from_dotlist([ov]), f"override {ov!r}")
     try:
         return OmegaConf.to_object(cfg)  # type: ignore[return-value]

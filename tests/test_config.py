@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -64,13 +66,79 @@ def test_bad_overrides_are_clear_errors(override, fragment):
     assert fragment in str(err.value)
 
 
-def test_unknown_key_in_a_yaml_file_names_the_file_and_lists_valid_keys(tmp_path: Path):
+MDAP_TYPO = "unknown key 'algorithm.mdap.taux'; did you mean 'algorithm.mdap.tau'? Keys of algorithm.mdap: tau, rule"
+
+
+def test_unknown_override_suggests_the_nearest_key_and_lists_only_its_section():
+    with pytest.raises(ConfigError) as err:
+        load_config("methods/grpo.yaml", ["algorithm.mdap.taux=0.3"])
+    assert str(err.value) == MDAP_TYPO  # not the ~80 keys of the whole schema
+
+
+@pytest.mark.parametrize(
+    "key, suggestion, listing",
+    [
+        ("trainr.seed", "did you mean 'trainer.seed'?",
+         "Top-level keys: method, scale; sections: model, data, rollout, algorithm, trainer"),
+        ("trainer.total_step", "did you mean 'trainer.total_steps'?", "Keys of trainer: run_dir, seed,"),
+        ("algorithm.tau", "did you mean 'algorithm.mdap.tau'?", "sections: mdap, cppo, random, ars, greso, dapo"),
+        ("algorithm.mdap.xyz", "unknown key 'algorithm.mdap.xyz'. Keys", "Keys of algorithm.mdap: tau, rule"),
+        ("algorithm.mdap", "'algorithm.mdap' is a section, not a key.", "Keys of algorithm.mdap: tau, rule"),
+    ],
+)
+def test_unknown_keys_suggest_by_section(key, suggestion, listing):
+    with pytest.raises(ConfigError) as err:
+        load_config("methods/grpo.yaml", [f"{key}=1"])
+    msg = str(err.value)
+    assert suggestion in msg and listing in msg
+    assert msg.count(",") < 25  # one section's keys, not the whole schema's
+
+
+def test_unknown_key_in_a_yaml_file_names_the_file_and_suggests_the_key(tmp_path: Path):
     bad = tmp_path / "bad.yaml"
     bad.write_text("defaults: [methods/grpo.yaml]\nalgorithm:\n  mdap:\n    taux: 0.5\n")
     with pytest.raises(ConfigError) as err:
         load_config(str(bad))
-    msg = str(err.value)
-    assert str(bad) in msg and "taux" in msg and "algorithm.mdap.tau" in msg
+    assert str(err.value) == f"{bad}: {MDAP_TYPO}"
+    top = tmp_path / "top.yaml"
+    top.write_text("trainr:\n  seed: 3\n")
+    with pytest.raises(ConfigError, match=r"top\.yaml: unknown key 'trainr\.seed'; did you mean 'trainer\.seed'\?"):
+        load_config(str(top))
+    section = tmp_path / "section.yaml"
+    section.write_text("algorithm: 3\n")
+    with pytest.raises(ConfigError, match=r"section\.yaml: 'algorithm' is a section, not a key\. Keys of algorithm: "):
+        load_config(str(section))
+    value = tmp_path / "value.yaml"
+    value.write_text("trainer:\n  total_steps: many\n")
+    with pytest.raises(ConfigError, match=r"value\.yaml: bad value for 'trainer\.total_steps': Value 'many'"):
+        load_config(str(value))
+
+
+def test_loss_agg_is_one_of_the_modes_the_loss_implements():
+    from fastrl.algorithms import losses
+
+    with pytest.raises(ConfigError, match="algorithm.loss_agg = 'mean' is not one of token-mean, seq-mean-token-mean, "
+                                          "seq-mean-token-sum, seq-mean-token-sum-norm"):
+        load_config("methods/grpo.yaml", ["algorithm.loss_agg=mean"])
+    for mode in losses.AGG_MODES:  # the same list: fastrl.algorithms.loss_modes
+        assert load_config("methods/grpo.yaml", [f"algorithm.loss_agg={mode}"]).algorithm.loss_agg == mode
+
+
+def test_loss_norm_constant_needs_the_dr_grpo_mode_and_a_positive_value():
+    assert load_config("methods/grpo.yaml").algorithm.loss_norm_constant is None
+    drgrpo = ["algorithm.loss_agg=seq-mean-token-sum-norm"]
+    cfg = load_config("methods/grpo.yaml", [*drgrpo, "algorithm.loss_norm_constant=512"])
+    assert cfg.algorithm.loss_norm_constant == 512
+    with pytest.raises(ConfigError, match="algorithm.loss_norm_constant = 0.0 must be > 0"):
+        load_config("methods/grpo.yaml", [*drgrpo, "algorithm.loss_norm_constant=0"])
+    only = r"applies only to algorithm.loss_agg = seq-mean-token-sum-norm \(now token-mean\)"
+    with pytest.raises(ConfigError, match=only):
+        load_config("methods/grpo.yaml", ["algorithm.loss_norm_constant=512"])
+
+
+def test_config_imports_no_torch():
+    code = "import sys, fastrl.config; sys.exit('torch' in sys.modules or 'transformers' in sys.modules)"
+    assert subprocess.run([sys.executable, "-c", code], cwd=CONFIG_ROOT.parent).returncode == 0
 
 
 def test_missing_file_and_scale(tmp_path: Path):

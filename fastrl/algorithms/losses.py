@@ -24,10 +24,9 @@ from typing import Literal
 import torch
 from torch import Tensor
 
+from fastrl.algorithms.loss_modes import AGG_MODES  # the one list, torch-free for fastrl.config
+
 AggMode = Literal["token-mean", "seq-mean-token-mean", "seq-mean-token-sum", "seq-mean-token-sum-norm"]
-AGG_MODES: tuple[str, ...] = (
-    "token-mean", "seq-mean-token-mean", "seq-mean-token-sum", "seq-mean-token-sum-norm",
-)
 POLICY_LOSS_KINDS: tuple[str, ...] = ("ppo_clip", "gspo", "gspo_token")
 KL_KINDS: tuple[str, ...] = ("k1", "k2", "k3", "low_var_kl")
 
@@ -187,6 +186,7 @@ def policy_loss(
         clip_low / clip_high: eps_low / eps_high, the ratio is clipped to [1 - eps_low, 1 + eps_high].
         dual_clip: c > 1 for PPO's dual clip (only ``ppo_clip``; only where A < 0), or None.
         agg: aggregation mode, see :func:`aggregate` (with the optional global denominators).
+        norm_constant: Dr.GRPO's constant C of ``agg = seq-mean-token-sum-norm`` (see :func:`aggregate`).
 
     Returns:
         ``(loss, metrics)``: 0-dim loss; metrics are detached 0-dim tensors, masked token means

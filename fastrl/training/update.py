@@ -17,7 +17,7 @@ log-probs, i.e. of the model's logits, so a CUDA policy meets no CPU tensor in t
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable, Sequence
+from typing import TYPE_CHECKING, Callable, Sequence
 
 import torch
 
@@ -25,6 +25,9 @@ from fastrl.algorithms import losses, registry
 from fastrl.models.forward import collate, response_logprobs
 from fastrl.training import distributed as dist
 from fastrl.training.batch import RolloutBatch
+
+if TYPE_CHECKING:
+    from fastrl.config import AlgorithmConfig
 
 
 @dataclass(frozen=True)
@@ -36,6 +39,15 @@ class LossSettings:
     agg: str
     kl_coef: float
     kl_kind: str
+    # Dr.GRPO's constant C of agg = seq-mean-token-sum-norm; None: losses.aggregate's default.
+    norm_constant: float | None = None
+
+    @classmethod
+    def from_config(cls, algorithm: AlgorithmConfig) -> LossSettings:
+        """The loss settings of an ``AlgorithmConfig`` (``cfg.algorithm``)."""
+        a = algorithm
+        return cls(a.policy_loss, a.clip_low, a.clip_high, a.dual_clip, a.loss_agg, a.kl_coef, a.kl_kind,
+                   norm_constant=a.loss_norm_constant)
 
 
 def minibatch_sizes(total: int, num_minibatches: int, world: int) -> list[int]:
@@ -183,7 +195,10 @@ def update_policy(
                                  width=logp.shape[1], device=logp.device)
             mask = inputs["mask"]
             # Global denominators: each micro-batch contributes its share of the mini-batch mean.
-            denominators = {"global_token_count": global_tokens, "global_seq_count": global_seqs}
+            # The Dr.GRPO mode divides by norm_constant instead: a set constant makes the shares add
+            # up to the mini-batch loss; its default (each micro-batch's padded width) does not.
+            denominators = {"global_token_count": global_tokens, "global_seq_count": global_seqs,
+                            "norm_constant": settings.norm_constant}
             loss, pg_metrics = policy_loss_fn(
                 logp, inputs["old"], inputs["adv"], mask, clip_low=settings.clip_low,
                 clip_high=settings.clip_high, dual_clip=settings.dual_clip, agg=settings.agg, **denominators,
