@@ -285,8 +285,7 @@ class Trainer:
         return kept, {**actor_metrics, **sync_metrics, **probs_diff}
 
     def loss_settings(self) -> LossSettings:
-        a = self.cfg.algorithm
-        return LossSettings(a.policy_loss, a.clip_low, a.clip_high, a.dual_clip, a.loss_agg, a.kl_coef, a.kl_kind)
+        return LossSettings.from_config(self.cfg.algorithm)
 
     def _check_finite(self, loss: torch.Tensor, what: str) -> None:
         if not torch.isfinite(loss).all():
