@@ -123,7 +123,9 @@ class HFRolloutEngine:
         self.pad_token_id = int(pad_token_id)
         self.batch_size = batch_size
         # None: the model's multimodal placeholder tokens (see multimodal_token_ids).
-        self.suppress_token_ids = (multimodal_token_ids(getattr(model, "config", None))
+        # A DeepSpeed engine's ``config`` is its own dict: read the wrapped model's (``.module``).
+        model_config = getattr(getattr(model, "module", model), "config", None)
+        self.suppress_token_ids = (multimodal_token_ids(model_config)
                                    if suppress_token_ids is None else [int(t) for t in suppress_token_ids])
         self.num_synced_tensors = 0  # tensors actually copied by sync_weights (0 when colocated)
 

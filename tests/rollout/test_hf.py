@@ -135,3 +135,26 @@ def test_vl_end_to_end(vl_model_dir: Path) -> None:
     assert not any(t in image_ids for r in out for t in r.response_ids)
     assert model.model.rope_deltas is None  # no stale multimodal RoPE state left on the module
     _assert_logprobs_match(model, prompts, out, tok.pad_token_id)
+
+
+class _EngineLikeWrapper(torch.nn.Module):
+    """What DeepSpeed hands the trainer: ``.module`` is the model, ``.config`` is its own dict."""
+
+    def __init__(self, model: torch.nn.Module) -> None:
+        super().__init__()
+        self.module = model
+        self.config = {"train_batch_size": 8}
+
+    def generate(self, *args, **kwargs):
+        return self.module.generate(*args, **kwargs)
+
+
+def test_multimodal_tokens_are_suppressed_through_a_deepspeed_like_wrapper(vl_model_dir: Path) -> None:
+    """A DeepSpeed-wrapped VL model suppressed nothing (its .config is a dict), and a sampled
+    <|image_pad|> crashed the next forward ("Image features and image tokens do not match")."""
+    model, proc = load_policy(vl_model_dir)
+    tok = PromptEncoder.from_processor(proc).tokenizer
+    eng = HFRolloutEngine(_EngineLikeWrapper(model), tok, eos_token_ids=[tok.eos_token_id],
+                          pad_token_id=tok.pad_token_id, batch_size=4)
+    assert set(eng.suppress_token_ids) == {model.config.image_token_id, model.config.video_token_id,
+                                           model.config.vision_start_token_id, model.config.vision_end_token_id}
