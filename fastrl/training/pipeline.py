@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import random
 import time
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
@@ -219,7 +220,6 @@ class Trainer:
         return {
             **rollout_metrics,
             **self._batch_metrics(batch, kept, n_before),
-            **self._prune_metrics,
             **learn_metrics,
             **scaler_metrics,
             **self._reward_stats,
@@ -254,8 +254,7 @@ class Trainer:
             result = self.prune(batch)
             kept_index = result.kept.tolist()
             kept = batch.select(kept_index)
-        self._prune_metrics = result.metrics(len(batch))
-        self._final_counts = result.final_counts
+        prune_metrics = result.metrics(len(batch))
         g = torch.Generator().manual_seed(cfg.trainer.seed * 15_485_863 + self.state.step)
         minibatches = plan_minibatches(
             len(kept), mode=cfg.trainer.update_mode, updates_per_step=cfg.trainer.updates_per_step,
@@ -282,7 +281,7 @@ class Trainer:
             )
         with timer.stage("update_weights"):
             sync_metrics = self.policy.sync_and_check(kept)
-        return kept, {**actor_metrics, **sync_metrics, **probs_diff}
+        return kept, {**prune_metrics, **actor_metrics, **sync_metrics, **probs_diff}
 
     def loss_settings(self) -> LossSettings:
         return LossSettings.from_config(self.cfg.algorithm)
@@ -298,7 +297,8 @@ class Trainer:
         """ARS observes the per-question final counts (kept + refill) of the step, in the period
         the step ran in; periods end every period_steps or at each epoch boundary."""
         scaler = self.components.rollout_scaler
-        scaler.observe(self._final_counts)
+        # the per-question final counts: every question of the batch, kept responses after the refill
+        scaler.observe({**{u: 0 for u in batch.uids}, **Counter(kept.uids)})
         period = self.cfg.algorithm.ars.period_steps
         ended = (
             (period > 0 and self.state.step - self.state.period_start_step >= period)
