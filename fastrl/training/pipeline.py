@@ -400,6 +400,8 @@ class Trainer:
         start_wall = time.perf_counter()
         summary: dict[str, Any] = {"resumed_from_step": self.state.step if resumed else None}
         if not resumed:
+            # a fresh start owns the log: lines of an earlier, killed attempt would be summed twice
+            self.logger.truncate_after(-1)
             before = self.validate()
             self.logger.log(0, {f"{k}_before": v for k, v in before.items()} | {"phase": "val"})
             summary["acc_before"] = before["val/accuracy"]

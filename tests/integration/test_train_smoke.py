@@ -64,3 +64,13 @@ def test_released_ars_logs_its_statistics_every_period(tmp_path):
     assert all(r["ars/g1"] == periods[0]["ars/g1"] for r in periods)  # set once
     steps = [r for r in rows if "timing_s/step" in r]
     assert all(s["ars/f1"] == s["prune/count_mean"] and s["ars/f2"] == s["prune/count_max"] for s in steps)
+
+
+def test_a_fresh_start_drops_the_log_of_a_killed_attempt(tmp_path):
+    run = tmp_path / "grpo"
+    run.mkdir()
+    (run / "metrics.jsonl").write_text('{"step": 0, "val/accuracy_before": 0.5, "phase": "val"}\n'
+                                       '{"step": 1, "timing_s/step": 9.0}\n')
+    _, rows = _run(tmp_path, "grpo", "trainer.resume=false")
+    assert sum("val/accuracy_before" in r for r in rows) == 1
+    assert sum("timing_s/step" in r for r in rows) == 2 and all(r["timing_s/step"] != 9.0 for r in rows if "timing_s/step" in r)
