@@ -228,7 +228,8 @@ class Trainer:
         }
 
     def learn(self, batch: RolloutBatch, timer: StageTimer) -> tuple[RolloutBatch, dict[str, float]]:
-        """Advantages -> prune -> old/ref log-probs on the KEPT set -> K updates -> weight sync.
+        """Advantages -> prune -> old/ref log-probs on the KEPT set (CPPO: on the full batch, before
+        pruning, as released) -> mini-batch updates -> weight sync.
 
         ``batch`` is the global rollout batch (identical on every rank); returns the kept batch.
         """
