@@ -13,6 +13,7 @@ import json
 import os
 import tempfile
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import torch
@@ -49,25 +50,25 @@ def main() -> None:
     args = ap.parse_args()
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-    from fastrl.models.builders import TinyModelSpec, build_tiny_model_dir, load_policy
-    from fastrl.rollout.hf import HFRolloutEngine
-    from fastrl.rollout.vllm import VLLMRolloutEngine, logprob_check, pad_ragged
+    from fastrl.models.builders import TinyModelSpec, build_tiny_model_dir
+    from fastrl.policy import PolicySpec, build_engine, load_policy_kit
+    from fastrl.rollout.vllm import logprob_check, pad_ragged
 
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         model_dir = build_tiny_model_dir(TinyModelSpec(), Path(tmp) / "tiny", seed=args.seed)
-        model, tokenizer = load_policy(model_dir)
+        spec = PolicySpec(path=model_dir, hf_batch_size=args.hf_batch_size, seed=args.seed)
+        kit = load_policy_kit(spec, "cpu")  # both engines sample from the same weights, the HF copy on the CPU
+        model, tokenizer = kit.model, kit.tokenizer
         prompts = _prompts(tokenizer, args.prompts)
         sampling = SamplingConfig(temperature=1.0, max_new_tokens=args.max_new_tokens, seed=args.seed)
 
-        hf = HFRolloutEngine(model, tokenizer, eos_token_ids=[tokenizer.eos_token_id],
-                             pad_token_id=tokenizer.pad_token_id, batch_size=args.hf_batch_size)
-        hf.generate(prompts[:1], 1, sampling)  # warm-up
-        rows.append({"engine": "hf", **_tokens_per_s(hf, prompts, args.n, sampling)})
+        kit.engine.generate(prompts[:1], 1, sampling)  # warm-up
+        rows.append({"engine": "hf", **_tokens_per_s(kit.engine, prompts, args.n, sampling)})
 
         t0 = time.perf_counter()
-        engine = VLLMRolloutEngine(model_dir, seed=args.seed, max_model_len=256, gpu_memory_utilization=0.3,
-                                   dtype="float32", enforce_eager=True, cpu_kvcache_space_gib=1)
+        engine = build_engine(replace(spec, engine="vllm", vllm_max_model_len=256, vllm_gpu_memory_utilization=0.3,
+                                      vllm_options={"cpu_kvcache_space_gib": 1}), model, tokenizer)
         start_s = time.perf_counter() - t0
         engine.generate(prompts[:1], 1, sampling)  # warm-up
         row = {"engine": "vllm", "start_seconds": start_s, **_tokens_per_s(engine, prompts, args.n, sampling)}
@@ -82,7 +83,7 @@ def main() -> None:
 
         responses = engine.generate(prompts, 1, sampling)
         batch = collate([prompts[r.prompt_index] for r in responses], [r.response_ids for r in responses],
-                        tokenizer.pad_token_id)
+                        kit.pad_id)
         with torch.no_grad():
             trainer = response_logprobs(model, batch)
         eng, _ = pad_ragged([r.logprobs for r in responses])

@@ -1,7 +1,7 @@
 """Executing runs: reuse finished ones, launch the rest, estimate how long it will take.
 
 Launchers:
-- ``inprocess`` (smoke default): ``fastrl.cli._train`` in this Python process, one run after
+- ``inprocess`` (smoke default): ``fastrl.train`` in this Python process, one run after
   another (no interpreter start-up per run). Not for timing comparisons: the first run of the
   process pays one-off warm-up costs inside its step times (measured at smoke: GRPO's 2 steps took
   2.6 s as the first run, CPPO's 0.4 s right after), which would inflate speedups vs GRPO.
@@ -91,12 +91,6 @@ def _write_spec(spec: RunSpec, launcher: str, extra: dict[str, Any]) -> None:
     tmp.replace(spec.run_dir / SPEC_FILE)
 
 
-def _default_accelerator() -> None:
-    from fastrl.cli import _default_accelerator as choose
-
-    choose()
-
-
 def launch(spec: RunSpec, launcher: str) -> float:
     """Train one run; returns its wall-clock seconds. Raises RunError on failure."""
     if launcher not in LAUNCHERS:
@@ -110,11 +104,10 @@ def launch(spec: RunSpec, launcher: str) -> float:
     record(status="running")
     start = time.perf_counter()
     if launcher == "inprocess":
-        _default_accelerator()
-        from fastrl.cli import _train
+        from fastrl.api import train
 
         try:
-            _train(spec.config, list(spec.overrides), spec.scale)
+            train(spec.config, list(spec.overrides), spec.scale)
         except Exception as exc:  # noqa: BLE001 -- recorded, then re-raised with the run named
             record(status="failed", error=traceback.format_exc())
             raise RunError(f"{spec.run_dir}: training failed: {exc!r}") from exc
@@ -238,7 +231,7 @@ def default_jobs(launcher: str) -> int:
 
 
 def warm_start_key(spec: RunSpec) -> tuple[str, ...]:
-    """What decides a run's SFT warm start (fastrl.models.sft caches by it): the scale, the task
+    """What decides a run's SFT warm start (fastrl.training.sft caches by it): the scale, the task
     and every ``model.*`` override. Runs with equal keys share one cached warm start, e.g. the
     Geometry3K and GeoQA8K stand-ins of one model size (both SFT on mini-geo's default variant)."""
     return (spec.scale, *sorted(o for o in spec.overrides if o.startswith(("model.", "data.task="))))

@@ -11,75 +11,31 @@ A bad config key or value, a missing file or model path and other bad input end 
 from __future__ import annotations
 
 import argparse
-import itertools
 import json
 import os
-import re
 import sys
 import traceback
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Sequence
+
+from fastrl import api  # torch-free to import: `fastrl --help` stays fast
 
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 
-def _default_accelerator() -> None:
-    """DeepSpeed on a CPU-only box needs DS_ACCELERATOR=cpu; leave any explicit choice alone."""
-    if "DS_ACCELERATOR" not in os.environ:
-        import torch
-
-        if not torch.cuda.is_available():
-            os.environ["DS_ACCELERATOR"] = "cpu"
-
-
-def _train(config: str, overrides: Sequence[str], scale: str | None) -> dict[str, Any]:
-    from fastrl.config import load_config
-    from fastrl.training.pipeline import Trainer
-
-    cfg = load_config(config, overrides, scale=scale)
-    trainer = Trainer(cfg)
-    summary = trainer.fit()
-    summary.update({"method": cfg.method, "run_dir": cfg.trainer.run_dir})
-    return summary
-
-
 def cmd_train(args: argparse.Namespace) -> int:
-    summary = _train(args.config, args.overrides, args.scale)
+    summary = api.train(args.config, args.overrides, args.scale)
     print(json.dumps(summary, indent=2))
     return 0
 
 
-def sweep_points(spec: dict[str, list[Any]]) -> list[list[str]]:
-    """Cartesian product of ``{dotted.key: [values]}`` as lists of ``key=value`` overrides."""
-    keys = list(spec)
-    return [[f"{k}={v}" for k, v in zip(keys, combo)] for combo in itertools.product(*(spec[k] for k in keys))]
-
-
 def cmd_sweep(args: argparse.Namespace) -> int:
-    import yaml
-
-    from fastrl.config import ConfigError, _resolve_path, load_config
-
-    path = _resolve_path(args.sweep)
-    spec = yaml.safe_load(path.read_text()) or {}
-    if set(spec) - {"base", "sweep"} or "base" not in spec or "sweep" not in spec:
-        raise ConfigError(f"{path}: a sweep file has exactly the keys 'base' (a config) and 'sweep' (key: [values])")
-    base_run = load_config(spec["base"], args.overrides, scale=args.scale).trainer.run_dir
-    results = []
-    for point in sweep_points(spec["sweep"]):
-        tag = ",".join(p.replace("algorithm.", "") for p in point)
-        run_dir = f"{base_run}/sweep/{tag}"
-        results.append({"point": point, **_train(spec["base"], [*args.overrides, *point, f"trainer.run_dir={run_dir}"], args.scale)})
-    print(json.dumps(results, indent=2))
+    print(json.dumps(api.sweep(args.sweep, args.overrides, args.scale), indent=2))
     return 0
 
 
 def cmd_sft(args: argparse.Namespace) -> int:
-    from fastrl.config import load_config
-    from fastrl.training.setup import resolve_policy_path
-
-    cfg = load_config(args.config, args.overrides, scale=args.scale)
-    print(resolve_policy_path(cfg))
+    print(api.sft(args.config, args.overrides, args.scale))
     return 0
 
 
@@ -90,72 +46,23 @@ def cmd_demo(args: argparse.Namespace) -> int:
     return 0
 
 
-def parse_benchmark(spec: str):
-    """``name=path.parquet|jsonl`` (canonical records) or ``task[:variant]`` for a generated task."""
-    from fastrl.data.loaders import load_records
-    from fastrl.data.synthetic import generate_task
-
-    if "=" in spec:
-        name, path = spec.split("=", 1)
-        return name, load_records(path)
-    task, _, variant = spec.partition(":")
-    return spec, generate_task(task, split="val", num=200, seed=1234, variant=variant or "default")
-
-
-# A Hugging Face hub id: namespace/name (letters, digits, '-', '_', '.'), not starting with '.'.
-_HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*/[\w.-]+")
-
-
-def is_hub_id(model: str) -> bool:
-    """Whether ``model`` (not an existing path) reads as a hub id such as ``Qwen/Qwen2.5-VL-7B-Instruct``
-    rather than a local path: ``namespace/name``, and ``namespace`` is not a local directory
-    (``runs/typo`` is a mistyped run directory, not a model on the hub)."""
-    return bool(_HUB_ID.fullmatch(model)) and not Path(model.split("/", 1)[0]).is_dir()
-
-
 def check_model_arg(model: str) -> None:
     """A ``--model`` that is neither an existing path nor a hub id is a one-line error up front,
     not an OSError traceback from transformers."""
-    if not Path(model).exists() and not is_hub_id(model):
-        raise FileNotFoundError(f"--model {model!r}: no such run or model directory (and not a hub id "
-                                "namespace/name)")
+    api.check_model(model, name="--model")
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
     check_model_arg(args.model)
-    from fastrl.data.templates import build_prompt_text
-    from fastrl.evaluation.evaluate import evaluate, validation_sampling
     from fastrl.evaluation.metrics import markdown_table, write_json, write_markdown
-    from fastrl.models.builders import is_fastrl_tiny_dir, load_policy
-    from fastrl.models.device import resolve_device, resolve_dtype
-    from fastrl.models.processing import PromptEncoder
+    from fastrl.models.device import resolve_device
 
-    model_path = Path(args.model)
-    if (model_path / "final").is_dir():  # a run directory from `fastrl train`
-        model_path = model_path / "final"
-    device = resolve_device(args.device, key="--device")
-    dtype = resolve_dtype(args.dtype or "float32", key="--dtype")
-    model, processor = load_policy(model_path if model_path.exists() else args.model, dtype=dtype)
-    pixels = {} if is_fastrl_tiny_dir(model_path) else {"min_pixels": args.min_pixels, "max_pixels": args.max_pixels}
-    encoder = PromptEncoder.from_processor(processor, **pixels)
-    if args.engine == "hf":
-        from fastrl.rollout.hf import HFRolloutEngine
-
-        tok = getattr(processor, "tokenizer", processor)
-        engine = HFRolloutEngine(model.to(device).eval(), tok, eos_token_ids=[tok.eos_token_id],
-                                 pad_token_id=tok.pad_token_id, batch_size=args.batch_size)
-    else:
-        from fastrl.rollout.vllm import VLLMRolloutEngine
-
-        engine = VLLMRolloutEngine(str(model_path), seed=args.seed, max_model_len=args.max_model_len,
-                                   gpu_memory_utilization=args.gpu_memory_utilization, dtype=args.dtype or "auto",
-                                   enforce_eager=True)
-    benchmarks = {name: records[: args.limit] if args.limit else records
-                  for name, records in (parse_benchmark(b) for b in args.benchmark)}
-    results = evaluate(
-        engine, lambda r: encoder.encode(r.uid, build_prompt_text(r, args.template), list(r.images)),
-        benchmarks, sampling=validation_sampling(args.sampling, max_new_tokens=args.max_new_tokens, seed=args.seed),
-        k=args.k, reward_fn_name=args.reward,
+    results = api.evaluate(
+        args.model, args.benchmark, engine=args.engine, device=resolve_device(args.device, key="--device"),
+        dtype=args.dtype, sampling=args.sampling, k=args.k, reward=args.reward, template=args.template,
+        max_new_tokens=args.max_new_tokens, batch_size=args.batch_size, max_model_len=args.max_model_len,
+        gpu_memory_utilization=args.gpu_memory_utilization, min_pixels=args.min_pixels, max_pixels=args.max_pixels,
+        seed=args.seed, limit=args.limit,
     )
     out = Path(args.out)
     write_json(results, out / "eval.json")
@@ -236,7 +143,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error(f"unrecognized arguments: {' '.join(bad or extra)}")
     if extra:
         args.overrides = [*args.overrides, *extra]
-    _default_accelerator()
+    api.default_accelerator()
     try:
         code = int(args.func(args) or 0)
     # Bad input: ConfigError, DataError and RecordError are ValueErrors; a missing file or model path

@@ -94,7 +94,7 @@ def _compress(ns: Sequence[int]) -> str:
 
 
 def run_demo(out_dir: Path, *, scale: str = "mini", overrides: Sequence[str] = ()) -> dict[str, Any]:
-    from fastrl.cli import _train
+    from fastrl.api import train
 
     out_dir.mkdir(parents=True, exist_ok=True)
     methods: dict[str, dict[str, Any]] = {}
@@ -103,9 +103,9 @@ def run_demo(out_dir: Path, *, scale: str = "mini", overrides: Sequence[str] = (
         run_dir = out_dir / name
         for stale in (run_dir / "metrics.jsonl",):
             stale.unlink(missing_ok=True)
-        fit = _train(f"methods/{name}.yaml",
-                     [f"trainer.val_every={DEMO_VAL_EVERY}", *overrides, f"trainer.run_dir={run_dir}", "trainer.resume=false"],
-                     scale)
+        fit = train(f"methods/{name}.yaml",
+                    [f"trainer.val_every={DEMO_VAL_EVERY}", *overrides, f"trainer.run_dir={run_dir}", "trainer.resume=false"],
+                    scale)
         methods[name] = summarize_run(run_dir, fit)
     summary = {"scale": scale, "overrides": list(overrides), "total_s": time.perf_counter() - start, "methods": methods}
     (out_dir / "summary.json").write_text(json.dumps(summary, indent=2))

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from fastrl import cli
+from fastrl import api, cli
 
 TYPO = ["train", "methods/grpo.yaml", "--scale", "smoke", "algorithm.mdap.taux=0.3"]
 TYPO_LINE = ("fastrl: error: unknown key 'algorithm.mdap.taux'; did you mean 'algorithm.mdap.tau'? "
@@ -37,9 +37,9 @@ def test_eval_of_a_missing_model_path_is_one_line(capsys, tmp_path):
 def test_hub_ids_and_local_paths(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     (tmp_path / "runs").mkdir()
-    assert cli.is_hub_id("Qwen/Qwen2.5-VL-7B-Instruct") and cli.is_hub_id("meta-llama/Llama-3.2-1B")
+    assert api.is_hub_id("Qwen/Qwen2.5-VL-7B-Instruct") and api.is_hub_id("meta-llama/Llama-3.2-1B")
     for local in ("runs/typo", "./model", "/abs/model", "~/model", "model", "a/b/c", ".cache/x"):
-        assert not cli.is_hub_id(local), local
+        assert not api.is_hub_id(local), local
     cli.check_model_arg("Qwen/Qwen2.5-VL-7B-Instruct")  # left to transformers
     cli.check_model_arg(str(tmp_path / "runs"))  # exists
     with pytest.raises(FileNotFoundError, match="'runs/typo': no such run or model directory"):

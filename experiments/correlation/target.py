@@ -55,40 +55,28 @@ def questions(cfg: Any, k: int, seed: int) -> list[Any]:
 
 
 def measure(ctx: Context, dataset: str, model: str, seed: int, *, policy_path: Path | None = None) -> dict[str, Any]:
-    """Load the policy, then ``run_correlation`` (see gradcorr). ``policy_path`` overrides the
-    config's policy (tests pass an untrained tiny model)."""
-    import torch
+    """Load the policy (the policy kit, as training builds it, on the HF engine: the gradients
+    need the very module that samples), then ``run_correlation`` (see gradcorr). ``policy_path``
+    overrides the config's policy (tests pass an untrained tiny model)."""
+    from dataclasses import replace
 
-    from fastrl.data.templates import build_prompt_text
-    from fastrl.models.builders import load_policy
-    from fastrl.models.processing import PromptEncoder
-    from fastrl.rewards import score_batch
-    from fastrl.rollout.hf import HFRolloutEngine
+    from fastrl.models.device import resolve_device
+    from fastrl.policy import PolicySpec, load_policy_kit
     from fastrl.training.setup import resolve_policy_path
 
     cfg = run_config(ctx, dataset, model, seed)
     settings = settings_for(ctx.scale, seed)
     path = policy_path if policy_path is not None else resolve_policy_path(cfg)
-    dtype = torch.bfloat16 if cfg.model.dtype == "bfloat16" else torch.float32
-    policy, processor = load_policy(path, dtype=dtype)
-    if torch.cuda.is_available():
-        policy = policy.cuda()
-    encoder = PromptEncoder.from_processor(processor)
-    tok = getattr(processor, "tokenizer", processor)
-    pad = int(tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id)
-    engine = HFRolloutEngine(policy, tok, eos_token_ids=[int(tok.eos_token_id)], pad_token_id=pad,
-                             batch_size=cfg.rollout.hf_batch_size)
+    spec = replace(PolicySpec.from_config(cfg, path, seed=cfg.trainer.seed), engine="hf")
+    kit = load_policy_kit(spec, resolve_device(cfg.model.device))
     records = questions(cfg, settings.questions, seed)
 
-    def encode(r: Any) -> Any:
-        return encoder.encode(r.uid, build_prompt_text(r, cfg.data.template), list(r.images))
-
     def score(texts: list[str], recs: list[Any]) -> list[dict[str, float]]:
-        fields = [{"choices": r.choices, "meta": r.meta, "source": r.source, "uid": r.uid} for r in recs]
-        return score_batch(cfg.data.reward, texts, [r.answer for r in recs], fields)[0]
+        return kit.score(texts, recs)[0]
 
     out = out_dir(ctx, dataset, model, seed)
-    summary = run_correlation(policy, engine, encode, score, records, settings, pad_id=pad, out_dir=out)
+    summary = run_correlation(kit.model, kit.engine, kit.encode, score, records, settings, pad_id=kit.pad_id,
+                              out_dir=out)
     info = {"policy": str(path), "dataset": dataset, "model": model, "scale": ctx.scale, "seed": seed}
     (out / "policy.json").write_text(json.dumps(info, indent=2))
     return summary

@@ -15,7 +15,7 @@ import torch
 import torch.nn.functional as F
 
 from fastrl.models.device import module_device, to_device
-from fastrl.rollout.base import PromptInput
+from fastrl.models.inputs import PromptInput
 
 # model_inputs keys collate knows how to batch.
 _CONCAT_KEYS = ("pixel_values", "image_grid_thw")  # per image / per patch: concatenated along dim 0

@@ -26,7 +26,7 @@ from PIL import Image
 from fastrl.data.images import to_rgb
 from fastrl.data.schema import IMAGE_PLACEHOLDER
 from fastrl.data.vision import resize_image
-from fastrl.rollout.base import PromptInput
+from fastrl.models.inputs import PromptInput
 
 VISION_START = "<|vision_start|>"
 VISION_END = "<|vision_end|>"

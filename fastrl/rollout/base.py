@@ -3,29 +3,20 @@
 Engines (``hf``, ``vllm``) turn encoded prompts into sampled responses. Groups are ragged: ``n``
 may differ per prompt (ARS per-prompt mode), so responses carry the index of their prompt and
 are never reshaped as ``[num_prompts, n]``.
+
+``PromptInput`` (what engines take) is defined in ``fastrl.models.inputs`` and re-exported here.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Any, Iterable, Protocol, Sequence, runtime_checkable
+from dataclasses import dataclass
+from typing import Iterable, Protocol, Sequence, runtime_checkable
 
 import torch
 
+from fastrl.models.inputs import PromptInput
 
-@dataclass
-class PromptInput:
-    """One encoded prompt.
-
-    ``prompt_ids`` already contains any expanded image tokens. ``images`` are the raw PIL images
-    (what vLLM's ``multi_modal_data`` wants); ``model_inputs`` are the extra tensors an HF forward
-    needs for this prompt alone (e.g. ``pixel_values`` [P, C], ``image_grid_thw`` [I, 3]).
-    """
-
-    uid: str
-    prompt_ids: list[int]
-    images: list[Any] = field(default_factory=list)
-    model_inputs: dict[str, torch.Tensor] = field(default_factory=dict)
+__all__ = ["PromptInput", "Response", "RolloutEngine", "SamplingConfig"]
 
 
 @dataclass

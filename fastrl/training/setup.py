@@ -1,13 +1,14 @@
 """Builds what a run needs from its config: the policy, its engines and the datasets.
 
 Kept apart from the step pipeline so the pipeline reads as the paper's algorithm, and so tests
-can build a trainer around a tiny policy without touching the loop.
+can build a trainer around a tiny policy without touching the loop. The policy's engine, prompt
+encoder and scorer come from the policy kit (``fastrl.policy``), as they do for ``fastrl eval``.
 """
 
 from __future__ import annotations
 
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -16,7 +17,9 @@ import torch
 from fastrl.config import FastRLConfig
 from fastrl.data.schema import Record
 from fastrl.models.device import check_deepspeed_device, deepspeed_device, module_device, resolve_device
-from fastrl.rollout.base import PromptInput, RolloutEngine, SamplingConfig
+from fastrl.models.inputs import PromptInput
+from fastrl.policy import PolicyKit, PolicySpec, assemble_policy_kit, load_model
+from fastrl.rollout.base import RolloutEngine, SamplingConfig
 from fastrl.training import distributed as dist
 from fastrl.training.batch import RolloutBatch
 
@@ -33,7 +36,7 @@ def resolve_policy_path(cfg: FastRLConfig, device: torch.device | None = None) -
     if cfg.model.path:
         return Path(cfg.model.path) if Path(cfg.model.path).exists() else cfg.model.path  # type: ignore[return-value]
     from fastrl.models.builders import TinyModelSpec
-    from fastrl.models.sft import warm_start
+    from fastrl.training.sft import warm_start
 
     spec = TinyModelSpec(
         kind=cfg.model.kind,
@@ -57,31 +60,45 @@ def resolve_policy_path(cfg: FastRLConfig, device: torch.device | None = None) -
 
 @dataclass
 class PolicyBundle:
-    """The actor (DeepSpeed engine), its frozen reference, rollout engine, prompt encoder and reward."""
+    """The actor (DeepSpeed engine), its frozen reference, and the policy kit around the actor's
+    module: rollout engine, prompt encoder and reward."""
 
     cfg: FastRLConfig
     path: Path
     actor: Any
     reference: torch.nn.Module | None
-    engine: RolloutEngine
-    tokenizer: Any
-    encoder: Any
-    pad_id: int
-    reward_name: str
-    template: str
-    sync_checks: list[dict[str, float]] = field(default_factory=list)
+    kit: PolicyKit
+
+    @property
+    def engine(self) -> RolloutEngine:
+        return self.kit.engine
+
+    @property
+    def tokenizer(self) -> Any:
+        """``load_policy``'s second value: the tokenizer, or a VL model's processor."""
+        return self.kit.processor
+
+    @property
+    def encoder(self) -> Any:
+        return self.kit.encoder
+
+    @property
+    def pad_id(self) -> int:
+        return self.kit.pad_id
+
+    @property
+    def reward_name(self) -> str:
+        return self.kit.spec.reward
+
+    @property
+    def template(self) -> str:
+        return self.kit.spec.template
 
     def encode(self, record: Record) -> PromptInput:
-        from fastrl.data.templates import build_prompt_text
-
-        text = build_prompt_text(record, self.template)
-        return self.encoder.encode(record.uid, text, list(record.images))
+        return self.kit.encode(record)
 
     def score(self, texts: Sequence[str], records: Sequence[Record]) -> tuple[list[dict[str, float]], dict[str, float]]:
-        from fastrl.rewards import score_batch
-
-        fields = [{"choices": r.choices, "meta": r.meta, "source": r.source, "uid": r.uid} for r in records]
-        return score_batch(self.reward_name, list(texts), [r.answer for r in records], fields)
+        return self.kit.score(texts, records)
 
     def sync_and_check(self, kept: RolloutBatch) -> dict[str, float]:
         """Push new weights to the rollout engine; for engines that hold their own copy, prove the
@@ -129,9 +146,7 @@ class PolicyBundle:
 
     def close(self) -> None:
         """Release the rollout engine (vLLM holds its own weights and KV cache)."""
-        close = getattr(self.engine, "close", None)
-        if close is not None:
-            close()
+        self.kit.close()
 
     def after_load(self) -> None:
         """After a checkpoint restore, engines holding their own weights must be re-synced."""
@@ -151,33 +166,9 @@ def build_actor_config(cfg: FastRLConfig):
     )
 
 
-def build_engine(cfg: FastRLConfig, actor: Any, tokenizer: Any, path: Path) -> RolloutEngine:
-    r = cfg.rollout
-    if r.engine == "hf":
-        from fastrl.rollout.hf import HFRolloutEngine
-
-        return HFRolloutEngine(
-            actor.module, getattr(tokenizer, "tokenizer", tokenizer),  # a VL processor's tokenizer
-            eos_token_ids=_eos_ids(tokenizer), pad_token_id=_pad_id(tokenizer),
-            batch_size=r.hf_batch_size,
-        )
-    from fastrl.rollout.vllm import VLLMRolloutEngine
-
-    return VLLMRolloutEngine(
-        str(path), seed=cfg.trainer.seed + dist.rank(), max_model_len=r.vllm_max_model_len,
-        gpu_memory_utilization=r.vllm_gpu_memory_utilization, dtype=cfg.model.dtype,
-        enforce_eager=r.vllm_enforce_eager, sync_method=r.vllm_sync_method,
-    )
-
-
-def _pad_id(tokenizer: Any) -> int:
-    tok = getattr(tokenizer, "tokenizer", tokenizer)
-    return int(tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id)
-
-
-def _eos_ids(tokenizer: Any) -> list[int]:
-    tok = getattr(tokenizer, "tokenizer", tokenizer)
-    return [int(tok.eos_token_id)]
+def policy_spec(cfg: FastRLConfig, path: str | Path) -> PolicySpec:
+    """The kit's spec of this run's policy at ``path``; each rank's vLLM engine samples with its own seed."""
+    return PolicySpec.from_config(cfg, path, seed=cfg.trainer.seed + dist.rank())
 
 
 def policy_device(cfg: FastRLConfig) -> torch.device:
@@ -204,32 +195,25 @@ def _is_deepspeed_engine(module: torch.nn.Module) -> bool:
 
 
 def build_policy(cfg: FastRLConfig) -> PolicyBundle:
-    from fastrl.models.builders import is_fastrl_tiny_dir, load_policy
-    from fastrl.models.processing import PromptEncoder
     from fastrl.training.actor import Actor, build_reference
 
     device = policy_device(cfg)
     path = resolve_policy_path(cfg, device)
-    dtype = torch.bfloat16 if cfg.model.dtype == "bfloat16" else torch.float32
-    model, tokenizer = load_policy(path, dtype=dtype)
+    spec = policy_spec(cfg, path)
+    model, processor = load_model(spec)
     if not cfg.trainer.use_deepspeed:
         model = model.to(device)  # DeepSpeed moves the model itself
     actor_cfg = build_actor_config(cfg)
     actor = Actor(model, actor_cfg)
     reference = place_reference(
-        build_reference(path, actor_cfg, loader=lambda p: load_policy(p, dtype=dtype)[0])
+        build_reference(path, actor_cfg, loader=lambda p: load_model(replace(spec, path=p))[0])
         if cfg.algorithm.kl_coef > 0 else None,  # no reference model at all without a KL term
         actor,
     )
-    engine = build_engine(cfg, actor, tokenizer, path)
-    # Paper-scale VL images are resized as qwen-vl-utils does; tiny stand-ins keep their own size.
-    pixels = {} if is_fastrl_tiny_dir(path) else {"min_pixels": cfg.model.min_pixels,
-                                                   "max_pixels": cfg.model.max_pixels}
-    encoder = PromptEncoder.from_processor(tokenizer, **pixels)
-    return PolicyBundle(
-        cfg=cfg, path=Path(path), actor=actor, reference=reference, engine=engine, tokenizer=tokenizer,
-        encoder=encoder, pad_id=_pad_id(tokenizer), reward_name=cfg.data.reward, template=cfg.data.template,
-    )
+    # Built after the actor: the HF engine samples from the actor's (possibly DeepSpeed-wrapped)
+    # module, and vLLM claims its GPU memory only once the trainer holds its own.
+    kit = assemble_policy_kit(spec, actor.module, processor)
+    return PolicyBundle(cfg=cfg, path=Path(path), actor=actor, reference=reference, kit=kit)
 
 
 def load_datasets(cfg: FastRLConfig) -> tuple[list[Record], list[Record], dict[str, list[Record]]]:

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from fastrl.models import sft
+from fastrl.training import sft
 from fastrl.models.builders import load_policy
-from fastrl.models.sft import EvalSettings, jaccard_distance, warm_start
+from fastrl.training.sft import EvalSettings, jaccard_distance, warm_start
 
 from .conftest import TEXT_SPEC, VL_SPEC
 

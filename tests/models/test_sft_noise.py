@@ -8,7 +8,7 @@ import pytest
 
 from fastrl.data.synthetic import generate_task
 from fastrl.models.builders import TinyModelSpec
-from fastrl.models.sft import cache_key, noisy_route, sft_inputs, warm_start
+from fastrl.training.sft import cache_key, noisy_route, sft_inputs, warm_start
 
 
 def test_noisy_route_changes_only_the_box():

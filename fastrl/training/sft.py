@@ -37,13 +37,13 @@ import torch
 from fastrl.data.schema import Record
 from fastrl.data.synthetic import generate_task
 from fastrl.data.templates import TEMPLATE_REWARD, build_prompt_text
-from fastrl.models.builders import TinyModelSpec, build_tiny_model_dir, load_policy
+from fastrl.models.builders import TinyModelSpec, build_tiny_model_dir
 from fastrl.models.device import module_device
 from fastrl.models.forward import collate, response_logprobs
-from fastrl.models.processing import PromptEncoder
+from fastrl.models.inputs import PromptInput
 from fastrl.models.tokenizer import mini_vocabulary
-from fastrl.rollout.base import PromptInput, SamplingConfig
-from fastrl.rollout.hf import HFRolloutEngine
+from fastrl.policy import PolicyKit, PolicySpec, load_policy_kit
+from fastrl.rollout.base import SamplingConfig
 
 log = logging.getLogger(__name__)
 
@@ -54,7 +54,8 @@ JACCARD_QUANTILES = (0.05, 0.25, 0.5, 0.75, 0.95)
 
 @dataclass
 class EvalSettings:
-    """What ``evaluate_policy`` measures after SFT (not part of the cache key)."""
+    """What ``evaluate_policy`` measures after SFT (not part of the cache key); ``batch_size`` is
+    the sampling engine's."""
 
     num_prompts: int = 64
     n: int = 8
@@ -103,10 +104,6 @@ def _lr_at(step: int, steps: int, lr: float, warmup: int) -> float:
         return lr * (step + 1) / warmup
     progress = (step - warmup) / max(1, steps - warmup)
     return lr * (0.1 + 0.9 * 0.5 * (1.0 + math.cos(math.pi * progress)))
-
-
-def _encode_all(encoder: PromptEncoder, records: Sequence[Record], template: str) -> list[PromptInput]:
-    return [encoder.encode(r.uid, build_prompt_text(r, template), list(r.images)) for r in records]
 
 
 def _route_ids(tokenizer: Any, records: Sequence[Record]) -> list[list[list[int]]]:
@@ -214,30 +211,21 @@ def jaccard_distance(a: Sequence[int], b: Sequence[int]) -> float:
     return 0.0 if union == 0 else 1.0 - len(sa & sb) / union
 
 
-def evaluate_policy(
-    model: torch.nn.Module,
-    tokenizer: Any,
-    prompts: Sequence[PromptInput],
-    records: Sequence[Record],
-    *,
-    reward: str,
-    settings: EvalSettings,
-) -> dict[str, Any]:
-    """Greedy and T=1 accuracy, mixed-group fraction, Jaccard distances in same-reward groups.
+def evaluate_policy(kit: PolicyKit, records: Sequence[Record], *, settings: EvalSettings) -> dict[str, Any]:
+    """Greedy and T=1 accuracy, mixed-group fraction, Jaccard distances in same-reward groups, of
+    the first ``settings.num_prompts`` records, sampled by ``kit.engine`` and scored by ``kit.score``.
 
     Sampling: ``settings.n`` responses per prompt at T=1 (top-p 1, no top-k). A group is mixed
     when its accuracies are neither all 0 nor all 1. Jaccard distances are over all pairs of
     responses to the same question with the same overall reward (MDAP's advantage groups).
     """
-    from fastrl.rewards import score_batch
-
-    engine = HFRolloutEngine(model, tokenizer, eos_token_ids=[tokenizer.eos_token_id],
-                             pad_token_id=tokenizer.pad_token_id, batch_size=settings.batch_size)
-    k = min(settings.num_prompts, len(prompts))
-    prompts, records = list(prompts[:k]), list(records[:k])
+    engine = kit.engine
+    k = min(settings.num_prompts, len(records))
+    records = list(records[:k])
+    prompts = [kit.encode(r) for r in records]
 
     def _score(responses: list[Any]) -> list[dict[str, float]]:
-        scores, _ = score_batch(reward, [r.text for r in responses], [records[r.prompt_index].answer for r in responses])
+        scores, _ = kit.score([r.text for r in responses], [records[r.prompt_index] for r in responses])
         return scores
 
     t0 = time.perf_counter()
@@ -366,29 +354,27 @@ def warm_start(
     try:
         t0 = time.perf_counter()
         build_tiny_model_dir(spec, tmp, seed=seed)
-        model, processor = load_policy(tmp)
-        model = model.to(device)
-        encoder = PromptEncoder.from_processor(processor)
-        tokenizer = encoder.tokenizer
+        settings = eval_settings or EvalSettings()
+        kit = load_policy_kit(PolicySpec(path=tmp, hf_batch_size=settings.batch_size, reward=TEMPLATE_REWARD[template],
+                                         template=template), device)
+        model, tokenizer = kit.model, kit.tokenizer
         train = generate_task(task, split="train", num=num_train, seed=seed)
-        prompts = _encode_all(encoder, train, template)
+        prompts = [kit.encode(r) for r in train]
         targets = _route_ids(tokenizer, train)
         noisy = _noisy_route_ids(tokenizer, train, seed) if answer_noise > 0 else None
         t_prep = time.perf_counter() - t0
         with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
             torch.manual_seed(seed)
-            losses = train_sft(model, prompts, targets, pad_id=tokenizer.pad_token_id, seed=seed, steps=steps, lr=lr,
+            losses = train_sft(model, prompts, targets, pad_id=kit.pad_id, seed=seed, steps=steps, lr=lr,
                                batch_size=batch_size, warmup_frac=warmup_frac, weight_decay=weight_decay,
                                log_every=log_every or max(1, steps // 10), noisy_targets=noisy,
                                answer_noise=answer_noise, autocast_dtype=torch.bfloat16 if autocast else None)
         t_train = time.perf_counter() - t0 - t_prep
         model.save_pretrained(str(tmp), safe_serialization=True)
-        settings = eval_settings or EvalSettings()
         metrics: dict[str, Any] = {}
         if settings.num_prompts > 0:
             val = generate_task(task, split="val", num=settings.num_prompts, seed=seed)
-            metrics = evaluate_policy(model, tokenizer, _encode_all(encoder, val, template), val,
-                                      reward=TEMPLATE_REWARD[template], settings=settings)
+            metrics = evaluate_policy(kit, val, settings=settings)
             log.info("sft %s: val greedy accuracy %.3f, T=1 accuracy %.3f, mixed groups %.2f", task,
                      metrics["greedy_accuracy"], metrics["sampled_accuracy"], metrics["mixed_group_fraction"])
         record = {

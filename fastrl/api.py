@@ -1,0 +1,181 @@
+"""FastRL from Python: what the ``fastrl`` commands do, as functions.
+
+    import fastrl
+
+    summary = fastrl.train("methods/fastrl.yaml", ["algorithm.mdap.tau=0.6"], scale="mini")
+    results = fastrl.evaluate(summary["run_dir"], ["mini-math"], k=4, sampling="paper")
+
+The command line (``fastrl.cli``) is a thin layer over these. Importing this module is cheap: torch,
+transformers and the trainer are imported by the functions that need them.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import re
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
+
+from fastrl.config import ConfigError, FastRLConfig, load_config
+
+if TYPE_CHECKING:
+    import torch
+
+    from fastrl.data.schema import Record
+
+
+def default_accelerator() -> None:
+    """DeepSpeed on a CPU-only box needs DS_ACCELERATOR=cpu; leave any explicit choice alone.
+
+    Set before DeepSpeed is first imported (``train`` calls it), as DeepSpeed reads it once."""
+    if "DS_ACCELERATOR" not in os.environ:
+        import torch
+
+        if not torch.cuda.is_available():
+            os.environ["DS_ACCELERATOR"] = "cpu"
+
+
+def _config(config: str | Path | FastRLConfig, overrides: Sequence[str], scale: str | None) -> FastRLConfig:
+    if isinstance(config, FastRLConfig):
+        if overrides or scale is not None:
+            raise ConfigError("overrides and scale apply to a config file; a FastRLConfig is used as given")
+        return config
+    return load_config(config, list(overrides), scale=scale)
+
+
+def train(config: str | Path | FastRLConfig, overrides: Sequence[str] = (), scale: str | None = None) -> dict[str, Any]:
+    """Train one run: ``config`` is a YAML under ``configs/`` (e.g. ``methods/fastrl.yaml``), a path
+    or a loaded ``FastRLConfig``; ``overrides`` are ``dotted.key=value`` strings; ``scale`` is
+    ``smoke`` | ``mini`` | ``paper`` (default: the config's, else mini).
+
+    Returns ``Trainer.fit()``'s summary plus ``method`` and ``run_dir``; the run's metrics are in
+    ``<run_dir>/metrics.jsonl`` and its final policy in ``<run_dir>/final``."""
+    default_accelerator()
+    from fastrl.training.pipeline import Trainer
+
+    cfg = _config(config, overrides, scale)
+    summary = Trainer(cfg).fit()
+    summary.update({"method": cfg.method, "run_dir": cfg.trainer.run_dir})
+    return summary
+
+
+def sweep_points(spec: Mapping[str, Sequence[Any]]) -> list[list[str]]:
+    """Cartesian product of ``{dotted.key: [values]}`` as lists of ``key=value`` overrides."""
+    keys = list(spec)
+    return [[f"{k}={v}" for k, v in zip(keys, combo)] for combo in itertools.product(*(spec[k] for k in keys))]
+
+
+def sweep(sweep_file: str | Path, overrides: Sequence[str] = (), scale: str | None = None) -> list[dict[str, Any]]:
+    """Train every point of a sweep file ``{base: CONFIG, sweep: {dotted.key: [values]}}``, each in
+    ``<base run_dir>/sweep/<point>``; returns ``[{"point": [...], **train summary}, ...]``."""
+    import yaml
+
+    # TODO(config owner): fastrl.config should make this public as resolve_config_path.
+    from fastrl.config import _resolve_path as resolve_config_path
+
+    path = resolve_config_path(sweep_file)
+    spec = yaml.safe_load(path.read_text()) or {}
+    if set(spec) - {"base", "sweep"} or "base" not in spec or "sweep" not in spec:
+        raise ConfigError(f"{path}: a sweep file has exactly the keys 'base' (a config) and 'sweep' (key: [values])")
+    base_run = load_config(spec["base"], list(overrides), scale=scale).trainer.run_dir
+    results = []
+    for point in sweep_points(spec["sweep"]):
+        tag = ",".join(p.replace("algorithm.", "") for p in point)
+        run_dir = f"{base_run}/sweep/{tag}"
+        results.append({"point": point, **train(spec["base"], [*overrides, *point, f"trainer.run_dir={run_dir}"], scale)})
+    return results
+
+
+def sft(config: str | Path | FastRLConfig = "methods/grpo.yaml", overrides: Sequence[str] = (),
+        scale: str | None = None) -> Path:
+    """The config's policy directory: ``model.path`` when given, else the tiny model's SFT warm
+    start for the task, built (or read from ``.cache/sft``)."""
+    from fastrl.training.setup import resolve_policy_path
+
+    return Path(resolve_policy_path(_config(config, overrides, scale)))
+
+
+# A Hugging Face hub id: namespace/name (letters, digits, '-', '_', '.'), not starting with '.'.
+_HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*/[\w.-]+")
+
+
+def is_hub_id(model: str) -> bool:
+    """Whether ``model`` (not an existing path) reads as a hub id such as ``Qwen/Qwen2.5-VL-7B-Instruct``
+    rather than a local path: ``namespace/name``, and ``namespace`` is not a local directory
+    (``runs/typo`` is a mistyped run directory, not a model on the hub)."""
+    return bool(_HUB_ID.fullmatch(model)) and not Path(model.split("/", 1)[0]).is_dir()
+
+
+def check_model(model: str, *, name: str = "model") -> None:
+    """A model that is neither an existing path nor a hub id is a one-line FileNotFoundError up
+    front, not an OSError traceback from transformers (``name`` says what gave it)."""
+    if not Path(model).exists() and not is_hub_id(model):
+        raise FileNotFoundError(f"{name} {model!r}: no such run or model directory (and not a hub id "
+                                "namespace/name)")
+
+
+def parse_benchmark(spec: str) -> tuple[str, list[Record]]:
+    """``name=path.parquet|jsonl`` (canonical records) or ``task[:variant]`` for a generated task."""
+    from fastrl.data.loaders import load_records
+    from fastrl.data.synthetic import generate_task
+
+    if "=" in spec:
+        name, path = spec.split("=", 1)
+        return name, load_records(path)
+    task, _, variant = spec.partition(":")
+    return spec, generate_task(task, split="val", num=200, seed=1234, variant=variant or "default")
+
+
+def evaluate(
+    model: str | Path,
+    benchmarks: Sequence[str] | Mapping[str, Sequence[Record]],
+    *,
+    engine: str = "hf",
+    device: str | torch.device = "auto",
+    dtype: str | None = None,
+    sampling: str = "greedy",
+    k: int = 1,
+    reward: str = "math",
+    template: str = "fastrl_math",
+    max_new_tokens: int = 512,
+    batch_size: int = 32,
+    max_model_len: int = 4096,
+    gpu_memory_utilization: float = 0.8,
+    min_pixels: int = 262144,
+    max_pixels: int = 4194304,
+    seed: int = 0,
+    limit: int = 0,
+) -> dict[str, Any]:
+    """Evaluate a run directory (its ``final`` policy), a model directory or a hub id.
+
+    ``benchmarks``: specs as ``parse_benchmark`` reads them, or ``{name: records}``. ``sampling``:
+    ``greedy`` or ``paper`` (T=0.6, top-p 0.95); ``k`` samples per problem (avg@k, pass@k).
+    ``dtype``: default float32 with ``hf``, the checkpoint's own with ``vllm``. ``device``: where
+    the ``hf`` engine runs (auto = CUDA when available). ``limit``: the first N problems of each
+    benchmark (0: all). Returns ``fastrl.evaluation.evaluate.evaluate``'s JSON-ready dict.
+    """
+    check_model(str(model))
+    from fastrl.evaluation.evaluate import evaluate as evaluate_engine
+    from fastrl.evaluation.evaluate import validation_sampling
+    from fastrl.models.device import resolve_device
+    from fastrl.policy import PolicySpec, load_policy_kit
+
+    model_path = Path(model)
+    if (model_path / "final").is_dir():  # a run directory from `fastrl train`
+        model_path = model_path / "final"
+    spec = PolicySpec(
+        path=model_path if model_path.exists() else str(model), dtype=dtype or "float32", engine=engine,
+        hf_batch_size=batch_size, seed=seed, vllm_max_model_len=max_model_len,
+        vllm_gpu_memory_utilization=gpu_memory_utilization, vllm_dtype=dtype or "auto",
+        min_pixels=min_pixels, max_pixels=max_pixels, reward=reward, template=template,
+    )
+    named = dict(parse_benchmark(b) for b in benchmarks) if not isinstance(benchmarks, Mapping) else benchmarks
+    named = {name: list(records[:limit]) if limit else list(records) for name, records in named.items()}
+    kit = load_policy_kit(spec, resolve_device(device, key="device") if isinstance(device, str) else device)
+    try:
+        return evaluate_engine(kit.engine, kit.encode, named,
+                               sampling=validation_sampling(sampling, max_new_tokens=max_new_tokens, seed=seed),
+                               k=k, reward_fn_name=reward)
+    finally:
+        kit.close()

@@ -1,0 +1,185 @@
+"""The policy kit: from a model path and a few settings to everything that samples from, encodes
+prompts for and scores a policy — the model, its tokenizer or processor, a rollout engine, the
+prompt encoder and the scorer.
+
+Training (``fastrl.training.setup.build_policy``), ``fastrl eval``, the SFT warm start, the Fig. 5
+correlation measurement and the rollout benchmark all build their policy here, so the choices made
+on the way (the pad id's EOS fallback, which images get resized, the engine's settings) are made
+once and cannot drift apart.
+
+    kit = load_policy_kit(PolicySpec(path="runs/x/final", reward="math"), device="cpu")
+    responses = kit.engine.generate([kit.encode(r) for r in records], 4, SamplingConfig())
+    scores, stats = kit.score([r.text for r in responses], [records[r.prompt_index] for r in responses])
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
+
+import torch
+
+from fastrl.data.schema import Record
+from fastrl.models.builders import is_fastrl_tiny_dir, load_policy
+from fastrl.models.device import resolve_dtype
+from fastrl.models.inputs import PromptInput
+from fastrl.models.processing import PromptEncoder
+from fastrl.rollout.base import RolloutEngine
+
+if TYPE_CHECKING:
+    from fastrl.config import FastRLConfig
+
+ENGINES = ("hf", "vllm")
+
+
+@dataclass(frozen=True)
+class PolicySpec:
+    """What the kit needs to build a policy: a slice of a run config, or ``fastrl eval``'s flags.
+
+    ``dtype`` is the weights' dtype (``float32`` | ``bfloat16``); the vLLM engine uses
+    ``vllm_dtype`` when given (``auto``: the checkpoint's own), else ``dtype``. ``min_pixels`` /
+    ``max_pixels`` resize a VL prompt's images as qwen-vl-utils does; fastrl's tiny stand-ins
+    always keep their own image size. ``vllm_options`` go to ``VLLMRolloutEngine`` as keywords.
+    """
+
+    path: str | Path
+    dtype: str = "float32"
+    engine: str = "hf"
+    hf_batch_size: int = 32
+    seed: int = 0  # the vLLM engine's sampling seed
+    vllm_max_model_len: int = 4096
+    vllm_gpu_memory_utilization: float = 0.8
+    vllm_dtype: str | None = None
+    vllm_enforce_eager: bool = True
+    vllm_sync_method: str = "auto"
+    vllm_options: Mapping[str, Any] = field(default_factory=dict)
+    min_pixels: int | None = None
+    max_pixels: int | None = None
+    reward: str = "math"
+    template: str = "fastrl_math"
+
+    def __post_init__(self) -> None:
+        if self.engine not in ENGINES:
+            raise ValueError(f"policy engine {self.engine!r} is not one of {', '.join(ENGINES)}")
+
+    @classmethod
+    def from_config(cls, cfg: FastRLConfig, path: str | Path, *, seed: int) -> PolicySpec:
+        """The spec of a run config's policy at ``path`` (``model.path`` or its SFT warm start);
+        ``seed`` seeds the vLLM engine (training passes ``trainer.seed`` + rank)."""
+        r = cfg.rollout
+        return cls(
+            path=path, dtype=cfg.model.dtype, engine=r.engine, hf_batch_size=r.hf_batch_size, seed=seed,
+            vllm_max_model_len=r.vllm_max_model_len, vllm_gpu_memory_utilization=r.vllm_gpu_memory_utilization,
+            vllm_enforce_eager=r.vllm_enforce_eager, vllm_sync_method=r.vllm_sync_method,
+            min_pixels=cfg.model.min_pixels, max_pixels=cfg.model.max_pixels,
+            reward=cfg.data.reward, template=cfg.data.template,
+        )
+
+
+@dataclass
+class PolicyKit:
+    """A loaded policy with its rollout engine, prompt encoder and scorer (see ``load_policy_kit``).
+
+    ``model`` is what the HF engine samples from (in training: the actor's module); ``processor``
+    is ``load_policy``'s second value (a tokenizer, or a VL model's processor) and ``tokenizer``
+    the text tokenizer inside it.
+    """
+
+    spec: PolicySpec
+    model: torch.nn.Module
+    processor: Any
+    engine: RolloutEngine
+    encoder: PromptEncoder
+    pad_id: int
+    eos_ids: list[int]
+
+    @property
+    def tokenizer(self) -> Any:
+        return text_tokenizer(self.processor)
+
+    @property
+    def path(self) -> Path:
+        return Path(self.spec.path)
+
+    def encode(self, record: Record) -> PromptInput:
+        """The record's prompt in the spec's template, tokenized, with its images."""
+        from fastrl.data.templates import build_prompt_text
+
+        return self.encoder.encode(record.uid, build_prompt_text(record, self.spec.template), list(record.images))
+
+    def score(self, texts: Sequence[str], records: Sequence[Record]) -> tuple[list[dict[str, float]], dict[str, float]]:
+        """``texts[i]`` scored against ``records[i]`` by the spec's reward: (scores, failure stats)."""
+        from fastrl.rewards import score_batch
+
+        fields = [{"choices": r.choices, "meta": r.meta, "source": r.source, "uid": r.uid} for r in records]
+        return score_batch(self.spec.reward, list(texts), [r.answer for r in records], fields)
+
+    def close(self) -> None:
+        """Release the rollout engine (vLLM holds its own weights and KV cache)."""
+        close = getattr(self.engine, "close", None)
+        if close is not None:
+            close()
+
+
+def text_tokenizer(processor: Any) -> Any:
+    """The text tokenizer of ``load_policy``'s second value (a VL processor carries one inside)."""
+    return getattr(processor, "tokenizer", processor)
+
+
+def pad_token_id(processor: Any) -> int:
+    """The pad id, falling back to EOS for tokenizers without one (Llama's)."""
+    tok = text_tokenizer(processor)
+    return int(tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id)
+
+
+def eos_token_ids(processor: Any) -> list[int]:
+    return [int(text_tokenizer(processor).eos_token_id)]
+
+
+def load_model(spec: PolicySpec) -> tuple[torch.nn.Module, Any]:
+    """The policy's weights (on the CPU, in ``spec.dtype``) and its tokenizer or processor."""
+    return load_policy(spec.path, dtype=resolve_dtype(spec.dtype))
+
+
+def build_encoder(spec: PolicySpec, processor: Any) -> PromptEncoder:
+    """Paper-scale VL images are resized as qwen-vl-utils does; tiny stand-ins keep their own size."""
+    resize = spec.min_pixels is not None and not is_fastrl_tiny_dir(spec.path)
+    pixels = {"min_pixels": spec.min_pixels, "max_pixels": spec.max_pixels} if resize else {}
+    return PromptEncoder.from_processor(processor, **pixels)
+
+
+def build_engine(spec: PolicySpec, model: torch.nn.Module, processor: Any) -> RolloutEngine:
+    """The spec's rollout engine: ``hf`` samples from ``model`` itself; ``vllm`` loads its own copy
+    of the weights from ``spec.path``."""
+    if spec.engine == "hf":
+        from fastrl.rollout.hf import HFRolloutEngine
+
+        return HFRolloutEngine(model, text_tokenizer(processor), eos_token_ids=eos_token_ids(processor),
+                               pad_token_id=pad_token_id(processor), batch_size=spec.hf_batch_size)
+    from fastrl.rollout.vllm import VLLMRolloutEngine
+
+    return VLLMRolloutEngine(
+        str(spec.path), seed=spec.seed, max_model_len=spec.vllm_max_model_len,
+        gpu_memory_utilization=spec.vllm_gpu_memory_utilization, dtype=spec.vllm_dtype or spec.dtype,
+        enforce_eager=spec.vllm_enforce_eager, sync_method=spec.vllm_sync_method,  # type: ignore[arg-type]
+        **dict(spec.vllm_options),
+    )
+
+
+def assemble_policy_kit(spec: PolicySpec, model: torch.nn.Module, processor: Any) -> PolicyKit:
+    """The kit around an already loaded and placed ``model`` (training wraps it for DeepSpeed
+    first and passes the wrapped module, so the HF engine samples from the weights being trained)."""
+    engine = build_engine(spec, model, processor)
+    return PolicyKit(spec=spec, model=model, processor=processor, engine=engine,
+                     encoder=build_encoder(spec, processor), pad_id=pad_token_id(processor),
+                     eos_ids=eos_token_ids(processor))
+
+
+def load_policy_kit(spec: PolicySpec, device: torch.device | str = "cpu") -> PolicyKit:
+    """Load ``spec.path`` and build its kit, the model in eval mode on ``device`` for the ``hf``
+    engine; with ``vllm`` (which holds its own copy) the HF model stays on the CPU."""
+    model, processor = load_model(spec)
+    if spec.engine == "hf":
+        model = model.to(device)
+    return assemble_policy_kit(spec, model.eval(), processor)
