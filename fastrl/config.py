@@ -22,6 +22,7 @@ import yaml
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
+from fastrl.algorithms import registry
 from fastrl.algorithms.loss_modes import AGG_MODES, CONSTANT_NORM_MODE
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -118,6 +119,8 @@ class RolloutConfig:
             raise ConfigError(f"rollout.val_n = {self.val_n} must be >= 1")
 
 
+# One section per configurable component: its fields are passed whole, as keyword arguments, to
+# the component's factory (fastrl.algorithms.registry.build), which checks them.
 @dataclass
 class MDAPConfig:
     tau: float = 0.8
@@ -173,12 +176,14 @@ class DapoConfig:
 
 @dataclass
 class AlgorithmConfig:
-    advantage: str = "grpo"  # grpo | drgrpo
-    prompt_selector: str = "all"  # all | greso
-    group_filter: str = "none"  # none | dapo
-    pruner: str = "none"  # none | mdap | cppo | random | advantage_only
-    rollout_scaler: str = "fixed"  # fixed | ars
-    policy_loss: str = "ppo_clip"  # ppo_clip | gspo | gspo_token
+    # Component names, each a key of the fastrl.algorithms.registry table named beside it. A
+    # component is built from its own section below and checks its hyper-parameters itself.
+    advantage: str = "grpo"  # ADVANTAGE_ESTIMATORS
+    prompt_selector: str = "all"  # PROMPT_SELECTORS
+    group_filter: str = "none"  # GROUP_FILTERS
+    pruner: str = "none"  # PRUNERS
+    rollout_scaler: str = "fixed"  # ROLLOUT_SCALERS
+    policy_loss: str = "ppo_clip"  # POLICY_LOSSES
     clip_low: float = 0.2
     clip_high: float = 0.3
     dual_clip: float | None = 3.0
@@ -197,14 +202,12 @@ class AlgorithmConfig:
     dapo: DapoConfig = field(default_factory=DapoConfig)
 
     def __post_init__(self) -> None:
-        _check_choice("algorithm.advantage", self.advantage, ("grpo", "drgrpo"))
-        _check_choice("algorithm.prompt_selector", self.prompt_selector, ("all", "greso"))
-        _check_choice("algorithm.group_filter", self.group_filter, ("none", "dapo"))
-        _check_choice(
-            "algorithm.pruner", self.pruner, ("none", "mdap", "cppo", "random", "advantage_only")
-        )
-        _check_choice("algorithm.rollout_scaler", self.rollout_scaler, ("fixed", "ars"))
-        _check_choice("algorithm.policy_loss", self.policy_loss, ("ppo_clip", "gspo", "gspo_token"))
+        _check_choice("algorithm.advantage", self.advantage, tuple(registry.ADVANTAGE_ESTIMATORS))
+        _check_choice("algorithm.prompt_selector", self.prompt_selector, tuple(registry.PROMPT_SELECTORS))
+        _check_choice("algorithm.group_filter", self.group_filter, tuple(registry.GROUP_FILTERS))
+        _check_choice("algorithm.pruner", self.pruner, tuple(registry.PRUNERS))
+        _check_choice("algorithm.rollout_scaler", self.rollout_scaler, tuple(registry.ROLLOUT_SCALERS))
+        _check_choice("algorithm.policy_loss", self.policy_loss, tuple(registry.POLICY_LOSSES))
         _check_choice("algorithm.loss_agg", self.loss_agg, AGG_MODES)
         if self.loss_norm_constant is not None:
             if not self.loss_norm_constant > 0:
@@ -215,10 +218,6 @@ class AlgorithmConfig:
                     f"algorithm.loss_agg = {CONSTANT_NORM_MODE} (now {self.loss_agg}); set it to null"
                 )
         _check_choice("algorithm.kl_kind", self.kl_kind, ("k1", "k2", "k3"))
-        _check_choice("algorithm.mdap.rule", self.mdap.rule, ("release", "greedy"))
-        _check_choice("algorithm.ars.rule", self.ars.rule, ("release", "retention"))
-        if not 0.0 <= self.mdap.tau <= 1.0:
-            raise ConfigError(f"algorithm.mdap.tau = {self.mdap.tau} must lie in [0, 1]")
         if self.kl_coef < 0:
             raise ConfigError(f"algorithm.kl_coef = {self.kl_coef} must be >= 0")
 

@@ -54,8 +54,8 @@ def test_overrides_and_scale_precedence():
     [
         ("algorithm.mdap.tua=0.3", "unknown key 'algorithm.mdap.tua'"),
         ("trainer.total_steps=many", "trainer.total_steps"),
-        ("algorithm.pruner=magic", "algorithm.pruner = 'magic' is not one of"),
-        ("algorithm.mdap.tau=1.5", "must lie in [0, 1]"),
+        ("algorithm.pruner=magic", "algorithm.pruner = 'magic' is not one of none, mdap, cppo, random, advantage_only"),
+        ("algorithm.rollout_scaler=adaptive", "algorithm.rollout_scaler = 'adaptive' is not one of fixed, ars"),
         ("rollout.n=1", "at least 2"),
         ("nokey", "dotted.key=value"),
     ],
@@ -134,6 +134,21 @@ def test_loss_norm_constant_needs_the_dr_grpo_mode_and_a_positive_value():
     only = r"applies only to algorithm.loss_agg = seq-mean-token-sum-norm \(now token-mean\)"
     with pytest.raises(ConfigError, match=only):
         load_config("methods/grpo.yaml", ["algorithm.loss_norm_constant=512"])
+
+
+def test_component_names_are_the_registry_names(monkeypatch):
+    from fastrl.algorithms import registry
+
+    monkeypatch.setitem(registry.PRUNERS, "keep_positive", object)  # a plug-in, registered before loading
+    assert load_config("methods/grpo.yaml", ["algorithm.pruner=keep_positive"]).algorithm.pruner == "keep_positive"
+    monkeypatch.delitem(registry.PRUNERS, "keep_positive")
+    with pytest.raises(ConfigError, match="algorithm.pruner = 'keep_positive' is not one of none, mdap, cppo"):
+        load_config("methods/grpo.yaml", ["algorithm.pruner=keep_positive"])
+
+
+def test_hyperparameters_are_left_to_their_component():
+    """tau is checked once, by the pruner built from algorithm.mdap (tests/training/test_components.py)."""
+    assert load_config("methods/grpo.yaml", ["algorithm.mdap.tau=1.5"]).algorithm.mdap.tau == 1.5
 
 
 def test_config_imports_no_torch():

@@ -4,5 +4,6 @@ Modules: ``advantages`` (GRPO / Dr.GRPO over ragged uid groups), ``losses`` (PPO
 GSPO-token, KL estimators, aggregation), ``similarity`` (vectorised token-level Jaccard),
 ``pruning`` (MDAP, CPPO, random, advantage-only, data-parallel alignment), ``rollout_scale``
 (ARS and fixed n), ``prompt_selection`` (GRESO), ``group_filter`` (DAPO dynamic sampling) and
-``registry`` (the name -> component tables a method is composed from).
+``registry`` (the components' protocols and the name -> component tables a method is composed
+from; it imports no torch, so ``fastrl.config`` reads the valid names there).
 """

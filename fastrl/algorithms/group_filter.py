@@ -16,7 +16,6 @@ Loop the trainer runs::
 
 from __future__ import annotations
 
-import math
 from typing import Any, Generic, Hashable, Mapping, Sequence, TypeVar
 
 import torch
@@ -132,9 +131,8 @@ class DynamicSamplingBuffer(Generic[T]):
         return self._kept[: self.target_groups]
 
     def metrics(self) -> dict[str, float]:
-        return {"tries": float(self.tries), "groups_generated": float(self.seen_groups),
-                "groups_kept": float(len(self._kept)),
-                "keep_rate": len(self._kept) / self.seen_groups if self.seen_groups else math.nan}
+        """What the trainer logs for the step: the generation tries it took."""
+        return {"rollout/tries": float(self.tries)}
 
 
 class NoGroupFilter(DynamicSamplingBuffer[T]):

@@ -81,10 +81,14 @@ class AllPromptsSelector:
         }
 
     def end_step(self, epoch: int) -> dict[str, float]:
-        """Close the step; returns its metrics (zero-variance ratios)."""
+        """Close the step; returns its statistics (zero-variance ratios)."""
         metrics = self._step_metrics()
         self._step = {"prompts": 0, "easy": 0, "hard": 0}
         return metrics
+
+    def metrics(self) -> dict[str, float]:
+        """What the trainer logs each step: nothing (every prompt is kept)."""
+        return {}
 
     def state_dict(self) -> dict[str, Any]:
         return {"step": dict(self._step)}
@@ -181,6 +185,10 @@ class GresoSelector(AllPromptsSelector):
         metrics["tracked_prompts"] = float(len(self._history))
         self._step = {"prompts": 0, "easy": 0, "hard": 0}
         return metrics
+
+    def metrics(self) -> dict[str, float]:
+        """What the trainer logs each step: the keep probabilities after the step's adaptation."""
+        return {"greso/p_easy": self.p_easy, "greso/p_hard": self.p_hard}
 
     def state_dict(self) -> dict[str, Any]:
         return {

@@ -2,6 +2,8 @@
 
 Every pruner maps a flat batch (advantages [N], uids, optionally token ids) to the *sorted*
 indices of the responses to keep. Groups are ragged (keyed by uid, never ``view(-1, n)``).
+The trainer calls them through the pruner classes at the end of this module (:class:`MDAPPruner`,
+...), which check the hyper-parameters once, when built; the functions take them as given.
 
 MDAP, released rule (``rule="release"``, the authors' released code; docs/algorithms.md):
 
@@ -32,7 +34,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 from fractions import Fraction
-from typing import Hashable, Sequence
+from typing import ClassVar, Hashable, Literal, Sequence
 
 import torch
 from torch import Tensor
@@ -40,7 +42,8 @@ from torch import Tensor
 from fastrl.algorithms._common import as_1d_float, check_fraction, check_positive_int, group_index
 from fastrl.algorithms.similarity import TokenIds, as_packed, grouped_intersections
 
-MDAP_RULES = ("release", "greedy")
+MDAPRule = Literal["release", "greedy"]
+MDAP_RULES: tuple[MDAPRule, ...] = ("release", "greedy")
 SIMILARITY_BINS = 10  # histogram of seed-member similarities: [0, 0.1), ..., [0.9, 1.0]
 
 
@@ -190,7 +193,7 @@ def mdap_prune(
     *,
     tau: float = 0.8,
     align_to: int = 1,
-    rule: str = "release",
+    rule: MDAPRule = "release",
 ) -> PruneResult:
     """MDAP with its per-step log (see the module docstring for the rules).
 
@@ -203,14 +206,13 @@ def mdap_prune(
         align_to: d, the kept count is refilled up to a multiple of d (1: no alignment).
         rule: ``release`` (default) or ``greedy``.
 
+    ``tau`` and ``rule`` are taken as given: :class:`MDAPPruner` checks them once, when built.
+
     Returns:
         :class:`PruneResult`; ``kept`` is a LongTensor [K], ascending.
     """
     where = "mdap_prune"
-    check_fraction(tau, "tau", where)
     _check_align(align_to, where)
-    if rule not in MDAP_RULES:
-        raise ValueError(f"{where}: rule = {rule!r} is not one of {', '.join(MDAP_RULES)}")
     qs = _Questions.build(advantages, uids, where)
     n = len(qs.adv)
     packed = as_packed(token_ids, n, where)
@@ -267,7 +269,7 @@ def mdap_select(
     *,
     tau: float = 0.8,
     align_to: int = 1,
-    rule: str = "release",
+    rule: MDAPRule = "release",
 ) -> Tensor:
     """MDAP's kept indices: [N] advantages, N uids, N token sequences -> sorted LongTensor [K].
 
@@ -305,10 +307,9 @@ def cppo_prune(
 
     Ties by |A| go to positive A, then to the earlier response of the question. The release
     applies no alignment (B x k is already a multiple of its mini-batch); ``dp_multiple`` > 1
-    refills as MDAP step 5 does.
+    refills as MDAP step 5 does. ``prune_rate`` is taken as given (:class:`CPPOPruner` checks it).
     """
     where = "cppo_prune"
-    check_fraction(prune_rate, "prune_rate", where)
     _check_align(dp_multiple, where)
     qs = _Questions.build(advantages, uids, where)
     keep = [False] * len(qs.adv)
@@ -338,10 +339,10 @@ def random_prune(
 
     Questions are visited in ascending uid order, each drawing ``torch.randperm(n)`` from
     ``generator``, so a seeded generator gives a reproducible, rank-independent choice.
-    Advantages are used only by the refill.
+    Advantages are used only by the refill. ``prune_rate`` is taken as given
+    (:class:`RandomPruner` checks it).
     """
     where = "random_prune"
-    check_fraction(prune_rate, "prune_rate", where)
     _check_align(align_to, where)
     qs = _Questions.build(advantages, uids, where)
     keep = [False] * len(qs.adv)
@@ -369,3 +370,79 @@ def kept_counts(uids: Sequence[Hashable], kept: Tensor | Sequence[int]) -> dict[
             raise ValueError(f"kept_counts: kept index {i} outside the batch of {len(uids)}")
         counts[uids[i]] += 1
     return counts
+
+
+# ---------------------------------------------------------------------- the trainer's pruners
+# Each is built from its own config section (fastrl.algorithms.registry.PRUNERS), checks its
+# hyper-parameters once there, and is then called with the one signature of registry.Pruner.
+
+
+@dataclass(frozen=True)
+class KeepAllPruner:
+    """Keeps every response."""
+
+    prune_first: ClassVar[bool] = True
+
+    def __call__(self, advantages: Tensor, uids: Sequence[Hashable], token_ids: TokenIds, *,
+                 align_to: int = 1, generator: torch.Generator | None = None) -> PruneResult:
+        return keep_all_prune(advantages, uids)
+
+
+@dataclass(frozen=True)
+class MDAPPruner:
+    """MDAP (:func:`mdap_prune`), released rule or greedy variant."""
+
+    tau: float = 0.8
+    rule: MDAPRule = "release"
+    prune_first: ClassVar[bool] = True
+
+    def __post_init__(self) -> None:
+        check_fraction(self.tau, "tau", "MDAPPruner")
+        if self.rule not in MDAP_RULES:
+            raise ValueError(f"MDAPPruner: rule = {self.rule!r} is not one of {', '.join(MDAP_RULES)}")
+
+    def __call__(self, advantages: Tensor, uids: Sequence[Hashable], token_ids: TokenIds, *,
+                 align_to: int = 1, generator: torch.Generator | None = None) -> PruneResult:
+        return mdap_prune(advantages, uids, token_ids, tau=self.tau, align_to=align_to, rule=self.rule)
+
+
+@dataclass(frozen=True)
+class CPPOPruner:
+    """CPPO top-k by |A| (:func:`cppo_prune`). As released (``prune_first=False``) the old/ref
+    log-probs are computed on the full batch and pruning comes after."""
+
+    prune_rate: float = 0.5
+    prune_first: bool = False
+
+    def __post_init__(self) -> None:
+        check_fraction(self.prune_rate, "prune_rate", "CPPOPruner")
+
+    def __call__(self, advantages: Tensor, uids: Sequence[Hashable], token_ids: TokenIds, *,
+                 align_to: int = 1, generator: torch.Generator | None = None) -> PruneResult:
+        return cppo_prune(advantages, uids, prune_rate=self.prune_rate, dp_multiple=align_to)
+
+
+@dataclass(frozen=True)
+class RandomPruner:
+    """Random pruning (:func:`random_prune`); draws from ``generator``."""
+
+    prune_rate: float = 0.5
+    prune_first: ClassVar[bool] = True
+
+    def __post_init__(self) -> None:
+        check_fraction(self.prune_rate, "prune_rate", "RandomPruner")
+
+    def __call__(self, advantages: Tensor, uids: Sequence[Hashable], token_ids: TokenIds, *,
+                 align_to: int = 1, generator: torch.Generator | None = None) -> PruneResult:
+        return random_prune(advantages, uids, prune_rate=self.prune_rate, align_to=align_to, generator=generator)
+
+
+@dataclass(frozen=True)
+class AdvantageOnlyPruner:
+    """The seed of every advantage bucket (:func:`advantage_only_prune`)."""
+
+    prune_first: ClassVar[bool] = True
+
+    def __call__(self, advantages: Tensor, uids: Sequence[Hashable], token_ids: TokenIds, *,
+                 align_to: int = 1, generator: torch.Generator | None = None) -> PruneResult:
+        return advantage_only_prune(advantages, uids, align_to=align_to)

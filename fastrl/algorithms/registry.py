@@ -1,182 +1,251 @@
-"""Component registries: a method is a choice of five components (DESIGN §2), plus the
-advantage estimator.
+"""Component registries: a method is a choice of components (docs/algorithms.md, "Adding a component").
 
-=====================  ==========================================================
-registry               names -> what is registered
-=====================  ==========================================================
-PROMPT_SELECTORS       all, greso -> classes (``select/record/end_step/state_dict``)
-GROUP_FILTERS          none, dapo -> classes ``(target_groups, max_tries)``
-PRUNERS                none, mdap, cppo, random, advantage_only -> pruner classes
-ROLLOUT_SCALERS        fixed, ars -> classes (``n/n_for/observe/end_period``)
-POLICY_LOSSES          ppo_clip, gspo, gspo_token -> ``policy_loss`` with ``kind`` bound
-ADVANTAGE_ESTIMATORS   grpo, drgrpo -> ``(rewards, uids) -> advantages``
-=====================  ==========================================================
+=====================  ==============================  =====================================
+registry               names                           holds
+=====================  ==============================  =====================================
+PROMPT_SELECTORS       all, greso                      factories -> :class:`PromptSelector`
+GROUP_FILTERS          none, dapo                      factories -> :class:`GroupFilter`
+PRUNERS                none, mdap, cppo, random,       factories -> :class:`Pruner`
+                       advantage_only
+ROLLOUT_SCALERS        fixed, ars                      factories -> :class:`RolloutScaler`
+POLICY_LOSSES          ppo_clip, gspo, gspo_token      :class:`PolicyLoss` functions
+ADVANTAGE_ESTIMATORS   grpo, drgrpo                    :class:`AdvantageEstimator` functions
+=====================  ==============================  =====================================
 
-Every pruner is built with its hyper-parameters and then called with ONE signature::
+A factory is built from its own section of ``cfg.algorithm`` (the entry's ``section``, passed as
+keyword arguments named like the section's fields) plus what the trainer adds (``context``)::
 
-    pruner = build_pruner("mdap", tau=0.8, rule="release")
+    pruner = build(PRUNERS, "mdap", cfg.algorithm)             # MDAPPruner(tau=..., rule=...)
     result = pruner(advantages, uids, token_ids, align_to=d, generator=g)  # PruneResult
-    result.kept                                                          # sorted LongTensor
+    scaler = build(ROLLOUT_SCALERS, "ars", cfg.algorithm, n_init=cfg.rollout.n)
 
-New components are added with ``@register(PRUNERS, "name")``.
+This module imports no torch (``fastrl.config`` reads the valid names from it): the built-in
+entries name their factory as ``"module:attribute"``, imported on first use. Plug-ins register
+the object itself::
+
+    @register(PRUNERS, "keep_positive")              # no section: built with the context only
+    class KeepPositive: ...
+
+    @register(PRUNERS, "my_mdap", section="mdap")    # built as my_mdap(tau=..., rule=...)
+    def my_mdap(tau: float, rule: str) -> Pruner: ...
 """
 
 from __future__ import annotations
 
+import dataclasses
 import functools
-import inspect
-from typing import Any, Callable, Hashable, Protocol, Sequence, TypeVar
+import importlib
+from collections.abc import Callable, Hashable, Iterator, Mapping, MutableMapping, Sequence
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
-import torch
-from torch import Tensor
+if TYPE_CHECKING:
+    import torch
+    from torch import Tensor
 
-from fastrl.algorithms import advantages as _adv
-from fastrl.algorithms._common import check_fraction
-from fastrl.algorithms import group_filter as _gf
-from fastrl.algorithms import losses as _losses
-from fastrl.algorithms import pruning as _pruning
-from fastrl.algorithms import prompt_selection as _ps
-from fastrl.algorithms import rollout_scale as _rs
-from fastrl.algorithms.similarity import TokenIds
+    from fastrl.algorithms.pruning import PruneResult
+    from fastrl.algorithms.similarity import TokenIds
 
 F = TypeVar("F", bound=Callable[..., Any])
 
 
-class Registry(dict[str, Callable[..., Any]]):
-    """A name -> component mapping that knows what it holds (for error messages)."""
+# ---------------------------------------------------------------------- what the trainer calls
+class PromptSelector(Protocol):
+    """Decides before rollout which prompts to roll out (GRESO), from the outcomes it recorded."""
 
-    def __init__(self, kind: str) -> None:
-        super().__init__()
+    def select(self, uids: Sequence[Hashable], generator: torch.Generator | None = None) -> list[bool]: ...
+
+    def record_groups(self, groups: Mapping[Hashable, Sequence[float] | Tensor]) -> None: ...
+
+    def end_step(self, epoch: int) -> dict[str, float]: ...
+
+    def metrics(self) -> dict[str, float]: ...
+
+    def state_dict(self) -> dict[str, Any]: ...
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None: ...
+
+
+class GroupFilter(Protocol):
+    """One step's group accumulator (DAPO): the trainer rolls out again until it is ``full``."""
+
+    @property
+    def full(self) -> bool: ...
+
+    def add(self, accuracies: Tensor | Sequence[float], uids: Sequence[Hashable],
+            payloads: Mapping[Hashable, Any] | None = None) -> dict[Hashable, bool]: ...
+
+    def take(self) -> list[tuple[Hashable, Any]]: ...
+
+    def metrics(self) -> dict[str, float]: ...
+
+
+class Pruner(Protocol):
+    """Keeps a subset of the step's responses once advantages are known."""
+
+    @property
+    def prune_first(self) -> bool:
+        """True: prune before the old/ref log-prob passes; False: those passes run on the full
+        batch and pruning comes after (CPPO as released)."""
+        ...
+
+    def __call__(self, advantages: Tensor, uids: Sequence[Hashable], token_ids: TokenIds, *,
+                 align_to: int, generator: torch.Generator | None) -> PruneResult: ...
+
+
+class RolloutScaler(Protocol):
+    """Rollouts per prompt (ARS): told each step's final per-question counts, it decides itself
+    when a period ends and what n comes next."""
+
+    @property
+    def n(self) -> int: ...
+
+    def n_for(self, uid: Hashable) -> int: ...
+
+    def end_step(self, final_counts: Mapping[Hashable, int], *, step: int, epoch: int, progress: float) -> None: ...
+
+    def metrics(self) -> dict[str, float]: ...
+
+    def state_dict(self) -> dict[str, Any]: ...
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None: ...
+
+
+class PolicyLoss(Protocol):
+    """``(logp, old_logp, advantages, mask, **settings) -> (loss, metrics)`` (losses.policy_loss)."""
+
+    def __call__(self, logp: Tensor, old_logp: Tensor, advantages: Tensor, mask: Tensor, *,
+                 clip_low: float, clip_high: float, dual_clip: float | None, agg: str,
+                 global_token_count: float | Tensor | None = None, global_seq_count: float | Tensor | None = None,
+                 norm_constant: float | None = None) -> tuple[Tensor, dict[str, Tensor]]: ...
+
+
+class AdvantageEstimator(Protocol):
+    """``(rewards [N], uids) -> advantages [N]`` over ragged uid groups."""
+
+    def __call__(self, rewards: Tensor | Sequence[float], uids: Sequence[Hashable]) -> Tensor: ...
+
+
+# ---------------------------------------------------------------------- the tables
+@dataclasses.dataclass(frozen=True)
+class Entry:
+    """A registered component: its factory (or function) and the ``cfg.algorithm`` section it is
+    built from (None: built from the context alone).
+
+    ``target`` is the object, or ``"module:attribute"`` imported on first use; ``keywords`` are
+    bound to it then (one function serving several names)."""
+
+    target: Callable[..., Any] | str
+    section: str | None = None
+    keywords: tuple[tuple[str, Any], ...] = ()
+
+    def load(self) -> Callable[..., Any]:
+        obj: Any = self.target
+        if isinstance(obj, str):
+            module, _, attribute = obj.partition(":")
+            obj = importlib.import_module(module)
+            for part in attribute.split("."):
+                obj = getattr(obj, part)
+        return functools.partial(obj, **dict(self.keywords)) if self.keywords else obj
+
+
+class Registry(MutableMapping[str, Callable[..., Any]]):
+    """name -> component, in registration order; ``registry[name]`` imports a lazy entry."""
+
+    def __init__(self, kind: str, entries: Mapping[str, Entry] | None = None) -> None:
         self.kind = kind
+        self._entries: dict[str, Entry] = dict(entries or {})
+        self._loaded: dict[str, Callable[..., Any]] = {}
+
+    def entry(self, name: str) -> Entry:
+        """The entry ``name``; a ``ValueError`` listing the valid names if there is none."""
+        try:
+            return self._entries[name]
+        except KeyError:
+            raise ValueError(f"unknown {self.kind} {name!r}; valid: {', '.join(sorted(self))}") from None
+
+    def __getitem__(self, name: str) -> Callable[..., Any]:
+        if name not in self._loaded:
+            self._loaded[name] = self._entries[name].load()
+        return self._loaded[name]
+
+    def __setitem__(self, name: str, value: Callable[..., Any] | Entry) -> None:
+        self._entries[name] = value if isinstance(value, Entry) else Entry(value)
+        self._loaded.pop(name, None)
+
+    def __delitem__(self, name: str) -> None:
+        del self._entries[name]
+        self._loaded.pop(name, None)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._entries)
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def __repr__(self) -> str:
+        return f"Registry({self.kind!r}: {', '.join(self)})"
 
 
-PROMPT_SELECTORS = Registry("prompt_selector")
-GROUP_FILTERS = Registry("group_filter")
-PRUNERS = Registry("pruner")
-ROLLOUT_SCALERS = Registry("rollout_scaler")
-POLICY_LOSSES = Registry("policy_loss")
-ADVANTAGE_ESTIMATORS = Registry("advantage")
-
-
-def register(registry: Registry, name: str) -> Callable[[F], F]:
-    """Decorator adding a component under ``name``; a name can be registered once."""
+def register(registry: Registry, name: str, *, section: str | None = None) -> Callable[[F], F]:
+    """Decorator adding a component under ``name`` (once), built from ``cfg.algorithm.<section>``."""
 
     def deco(obj: F) -> F:
         if name in registry:
-            raise ValueError(f"{registry.kind} {name!r} is already registered ({registry[name]!r})")
-        registry[name] = obj
+            raise ValueError(f"{registry.kind} {name!r} is already registered ({registry.entry(name).target!r})")
+        registry[name] = Entry(obj, section)
         return obj
 
     return deco
 
 
 def get(registry: Registry, name: str) -> Callable[..., Any]:
-    """The component ``name``; a ``ValueError`` listing the valid names if there is none."""
-    try:
-        return registry[name]
-    except KeyError:
-        raise ValueError(f"unknown {registry.kind} {name!r}; valid: {', '.join(sorted(registry))}") from None
+    """The component (or factory) ``name``; a ``ValueError`` listing the valid names if there is none."""
+    registry.entry(name)
+    return registry[name]
 
 
-class Pruner(Protocol):
-    """What the trainer calls after advantages are known."""
-
-    def __call__(self, advantages: Tensor, uids: Sequence[Hashable], token_ids: TokenIds, *,
-                 align_to: int, generator: torch.Generator | None) -> _pruning.PruneResult: ...
-
-
-def build_pruner(name: str, **hparams: Any) -> Pruner:
-    """Construct pruner ``name`` with its hyper-parameters (unknown ones are a ValueError)."""
-    cls = get(PRUNERS, name)
-    accepted = [p for p in inspect.signature(cls).parameters]
-    unknown = sorted(set(hparams) - set(accepted))
-    if unknown:
-        raise ValueError(f"pruner {name!r} takes {accepted or 'no hyper-parameters'}; unknown: {unknown}")
-    return cls(**hparams)
+def bind(registry: Registry, name: str, sections: object) -> Callable[..., Any]:
+    """The factory ``name`` with its own section of ``sections`` (``cfg.algorithm``) bound as
+    keyword arguments: call it with the context."""
+    section = registry.entry(name).section
+    factory = registry[name]
+    if section is None:
+        return factory
+    values = getattr(sections, section)
+    return functools.partial(factory, **{f.name: getattr(values, f.name) for f in dataclasses.fields(values)})
 
 
-@register(PRUNERS, "none")
-class KeepAllPruner:
-    """Keeps every response."""
-
-    def __call__(self, advantages: Tensor, uids: Sequence[Hashable], token_ids: TokenIds, *,
-                 align_to: int = 1, generator: torch.Generator | None = None) -> _pruning.PruneResult:
-        return _pruning.keep_all_prune(advantages, uids)
-
-    def __repr__(self) -> str:
-        return "KeepAllPruner()"
+def build(registry: Registry, name: str, sections: object, **context: Any) -> Any:
+    """Component ``name`` built from its section of ``sections`` (``cfg.algorithm``) and ``context``."""
+    return bind(registry, name, sections)(**context)
 
 
-@register(PRUNERS, "mdap")
-class MDAPPruner:
-    """MDAP (:func:`fastrl.algorithms.pruning.mdap_prune`), released rule or greedy variant."""
-
-    def __init__(self, tau: float = 0.8, rule: str = "release") -> None:
-        check_fraction(tau, "tau", "MDAPPruner")
-        if rule not in _pruning.MDAP_RULES:
-            raise ValueError(f"MDAPPruner: rule = {rule!r} is not one of {', '.join(_pruning.MDAP_RULES)}")
-        self.tau, self.rule = tau, rule
-
-    def __call__(self, advantages: Tensor, uids: Sequence[Hashable], token_ids: TokenIds, *,
-                 align_to: int = 1, generator: torch.Generator | None = None) -> _pruning.PruneResult:
-        return _pruning.mdap_prune(advantages, uids, token_ids, tau=self.tau, align_to=align_to, rule=self.rule)
-
-    def __repr__(self) -> str:
-        return f"MDAPPruner(tau={self.tau}, rule={self.rule!r})"
-
-
-@register(PRUNERS, "cppo")
-class CPPOPruner:
-    """CPPO top-k by |A| (:func:`fastrl.algorithms.pruning.cppo_prune`)."""
-
-    def __init__(self, prune_rate: float = 0.5) -> None:
-        check_fraction(prune_rate, "prune_rate", "CPPOPruner")
-        self.prune_rate = prune_rate
-
-    def __call__(self, advantages: Tensor, uids: Sequence[Hashable], token_ids: TokenIds, *,
-                 align_to: int = 1, generator: torch.Generator | None = None) -> _pruning.PruneResult:
-        return _pruning.cppo_prune(advantages, uids, prune_rate=self.prune_rate, dp_multiple=align_to)
-
-    def __repr__(self) -> str:
-        return f"CPPOPruner(prune_rate={self.prune_rate})"
-
-
-@register(PRUNERS, "random")
-class RandomPruner:
-    """Random pruning (:func:`fastrl.algorithms.pruning.random_prune`); uses ``generator``."""
-
-    def __init__(self, prune_rate: float = 0.5) -> None:
-        check_fraction(prune_rate, "prune_rate", "RandomPruner")
-        self.prune_rate = prune_rate
-
-    def __call__(self, advantages: Tensor, uids: Sequence[Hashable], token_ids: TokenIds, *,
-                 align_to: int = 1, generator: torch.Generator | None = None) -> _pruning.PruneResult:
-        return _pruning.random_prune(advantages, uids, prune_rate=self.prune_rate, align_to=align_to,
-                                     generator=generator)
-
-    def __repr__(self) -> str:
-        return f"RandomPruner(prune_rate={self.prune_rate})"
-
-
-@register(PRUNERS, "advantage_only")
-class AdvantageOnlyPruner:
-    """The seed of every advantage bucket (:func:`fastrl.algorithms.pruning.advantage_only_prune`)."""
-
-    def __call__(self, advantages: Tensor, uids: Sequence[Hashable], token_ids: TokenIds, *,
-                 align_to: int = 1, generator: torch.Generator | None = None) -> _pruning.PruneResult:
-        return _pruning.advantage_only_prune(advantages, uids, align_to=align_to)
-
-    def __repr__(self) -> str:
-        return "AdvantageOnlyPruner()"
-
-
-register(PROMPT_SELECTORS, "all")(_ps.AllPromptsSelector)
-register(PROMPT_SELECTORS, "greso")(_ps.GresoSelector)
-register(GROUP_FILTERS, "none")(_gf.NoGroupFilter)
-register(GROUP_FILTERS, "dapo")(_gf.DynamicSamplingBuffer)
-register(ROLLOUT_SCALERS, "fixed")(_rs.FixedRolloutScaler)
-register(ROLLOUT_SCALERS, "ars")(_rs.AdaptiveRolloutScaler)
-for _kind in _losses.POLICY_LOSS_KINDS:
-    register(POLICY_LOSSES, _kind)(functools.partial(_losses.policy_loss, kind=_kind))
-register(ADVANTAGE_ESTIMATORS, "grpo")(_adv.grpo_advantages)
-register(ADVANTAGE_ESTIMATORS, "drgrpo")(_adv.drgrpo_advantages)
+PROMPT_SELECTORS = Registry("prompt_selector", {
+    "all": Entry("fastrl.algorithms.prompt_selection:AllPromptsSelector"),
+    "greso": Entry("fastrl.algorithms.prompt_selection:GresoSelector", section="greso"),
+})
+GROUP_FILTERS = Registry("group_filter", {
+    "none": Entry("fastrl.algorithms.group_filter:NoGroupFilter"),
+    "dapo": Entry("fastrl.algorithms.group_filter:DynamicSamplingBuffer", section="dapo"),
+})
+PRUNERS = Registry("pruner", {
+    "none": Entry("fastrl.algorithms.pruning:KeepAllPruner"),
+    "mdap": Entry("fastrl.algorithms.pruning:MDAPPruner", section="mdap"),
+    "cppo": Entry("fastrl.algorithms.pruning:CPPOPruner", section="cppo"),
+    "random": Entry("fastrl.algorithms.pruning:RandomPruner", section="random"),
+    "advantage_only": Entry("fastrl.algorithms.pruning:AdvantageOnlyPruner"),
+})
+# Both read cfg.algorithm.ars: the fixed n logs the statistics ARS would use, once per ARS period.
+ROLLOUT_SCALERS = Registry("rollout_scaler", {
+    "fixed": Entry("fastrl.algorithms.rollout_scale:fixed_rollout_scaler", section="ars"),
+    "ars": Entry("fastrl.algorithms.rollout_scale:ars_rollout_scaler", section="ars"),
+})
+# The names equal fastrl.algorithms.losses.POLICY_LOSS_KINDS (tests/algorithms/test_registry.py).
+POLICY_LOSSES = Registry("policy_loss", {
+    kind: Entry("fastrl.algorithms.losses:policy_loss", keywords=(("kind", kind),))
+    for kind in ("ppo_clip", "gspo", "gspo_token")
+})
+ADVANTAGE_ESTIMATORS = Registry("advantage", {
+    "grpo": Entry("fastrl.algorithms.advantages:grpo_advantages"),
+    "drgrpo": Entry("fastrl.algorithms.advantages:drgrpo_advantages"),
+})

@@ -19,13 +19,18 @@ count k_q of each question. At the period's end, with k̄ = mean k_q, k_max = ma
 n_next = clip(⌈k̄ + β (k_max − k̄)⌉ + h, n_min, n_max), β = 0.5, headroom h = 1. n_max defaults to
 the initial n, n_min to 4. Per-prompt mode (off by default) applies it to each prompt's counts.
 
-Each decision and its inputs are kept in ``last_decision`` for logging.
+Each decision and its inputs are kept in ``last_decision``. The trainer calls only
+``end_step(final_counts, step=, epoch=, progress=)`` after every step: the scaler observes the
+counts and itself ends a period every ``period_steps`` steps, or (``period_steps`` = 0) at the
+first step that finds a later epoch; ``metrics()`` is that period's decision as ``ars/<key>``,
+and empty after a step that ended no period.
 """
 
 from __future__ import annotations
 
 import math
 import numbers
+from dataclasses import dataclass
 from typing import Any, Hashable, Mapping, Sequence
 
 from fastrl.algorithms._common import check_positive_int
@@ -85,14 +90,40 @@ def _as_count(k: Any, where: str, label: str) -> int:
 ARS_RULES = ("release", "retention")
 
 
+@dataclass
+class Period:
+    """The open ARS period: it began after step ``start_step``, in epoch ``start_epoch``, and
+    ends ``steps`` steps later, or (``steps`` = 0) at the first step that finds a later epoch."""
+
+    steps: int = 0
+    start_step: int = 0
+    start_epoch: int = 0
+
+    def ends_at(self, step: int, epoch: int) -> bool:
+        """Whether the period ends with step ``step`` (steps done), the trainer now in ``epoch``."""
+        if self.steps > 0:
+            return step - self.start_step >= self.steps
+        return epoch > self.start_epoch
+
+    def restart(self, step: int, epoch: int) -> None:
+        self.start_step, self.start_epoch = step, epoch
+
+    def state_dict(self) -> dict[str, int]:
+        return {"start_step": self.start_step, "start_epoch": self.start_epoch}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        self.restart(int(state["start_step"]), int(state["start_epoch"]))
+
+
 class AdaptiveRolloutScaler:
     """ARS: adapts the number of rollouts per prompt from the kept-count history.
 
     ``AdaptiveRolloutScaler(n_init, rule="release" | "retention", **rule_options)`` returns the
     rule's class (:class:`ReleaseRolloutScaler`, :class:`RetentionRolloutScaler`). Use:
-    ``n = scaler.n`` (or ``scaler.n_for(uid)``) for the rollout; after pruning
-    ``scaler.observe({uid: final_count})``; at each period boundary
-    ``scaler.end_period(progress)`` with progress = steps done / total steps.
+    ``n = scaler.n`` (or ``scaler.n_for(uid)``) for the rollout; after each step
+    ``scaler.end_step({uid: final_count}, step=, epoch=, progress=)``, which observes the counts
+    and ends the period when it is due (or, by hand: ``observe`` and ``end_period(progress)``
+    with progress = steps done / total steps).
     """
 
     rule = ""
@@ -105,12 +136,33 @@ class AdaptiveRolloutScaler:
             cls = ReleaseRolloutScaler if chosen == "release" else RetentionRolloutScaler
         return super().__new__(cls)
 
+    def __init__(self, period_steps: int = 0) -> None:
+        check_positive_int(period_steps, "period_steps", type(self).__name__, minimum=0)
+        self.period = Period(period_steps)
+        self.last_decision: dict[str, float] = {}
+        self._ended_period = False
+
     @property
     def n(self) -> int:
         raise NotImplementedError
 
     def n_for(self, uid: Hashable) -> int:
         return self.n
+
+    def end_step(self, final_counts: KeptCounts, *, step: int, epoch: int, progress: float) -> None:
+        """A finished step (``step`` steps done, the trainer now in ``epoch``): observe its final
+        per-question counts, then close the period if it ends with this step."""
+        self.observe(final_counts)
+        self._ended_period = self.period.ends_at(step, epoch)
+        if self._ended_period:
+            self.end_period(progress)
+            self.period.restart(step, epoch)
+
+    def metrics(self) -> dict[str, float]:
+        """``ars/<key>`` of the decision taken at the last ``end_step``; empty if it ended no period."""
+        if not self._ended_period:
+            return {}
+        return {f"ars/{k}": float(v) for k, v in self.last_decision.items()}
 
     def observe(self, kept_counts: KeptCounts) -> None:
         raise NotImplementedError
@@ -146,10 +198,12 @@ class ReleaseRolloutScaler(AdaptiveRolloutScaler):
 
     rule = "release"
 
-    def __init__(self, n_init: int = 8, rule: str | None = "release", n_floor: int = 2) -> None:
+    def __init__(self, n_init: int = 8, rule: str | None = "release", n_floor: int = 2,
+                 period_steps: int = 0) -> None:
         where = "ReleaseRolloutScaler"
         if rule not in (None, "release"):
             raise ValueError(f"{where}: rule = {rule!r}; this class implements 'release'")
+        super().__init__(period_steps)
         check_positive_int(n_init, "n_init", where, minimum=2)
         check_positive_int(n_floor, "n_floor", where, minimum=2)
         if n_floor > n_init:
@@ -161,7 +215,6 @@ class ReleaseRolloutScaler(AdaptiveRolloutScaler):
         self.f3: float | None = None
         self.g1: float | None = None
         self.periods = 0
-        self.last_decision: dict[str, float] = {}
 
     @property
     def n(self) -> int:
@@ -198,10 +251,11 @@ class ReleaseRolloutScaler(AdaptiveRolloutScaler):
 
     def state_dict(self) -> dict[str, Any]:
         return {"rule": self.rule, "n": self._n, "f1": list(self._f1), "f2": list(self._f2), "f3": self.f3,
-                "g1": self.g1, "periods": self.periods, "last_decision": dict(self.last_decision)}
+                "g1": self.g1, "periods": self.periods, "last_decision": dict(self.last_decision),
+                "period_start": self.period.state_dict()}
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        missing = [k for k in ("n", "f1", "f2", "f3", "g1", "periods") if k not in state]
+        missing = [k for k in ("n", "f1", "f2", "f3", "g1", "periods", "period_start") if k not in state]
         if missing or state.get("rule", self.rule) != self.rule:
             raise ValueError(f"{type(self).__name__}.load_state_dict: not a release-ARS state "
                              f"(missing {missing}, rule {state.get('rule')!r})")
@@ -211,6 +265,7 @@ class ReleaseRolloutScaler(AdaptiveRolloutScaler):
         self.g1 = None if state["g1"] is None else float(state["g1"])
         self.periods = int(state["periods"])
         self.last_decision = dict(state.get("last_decision", {}))
+        self.period.load_state_dict(state["period_start"])
 
 
 class RetentionRolloutScaler(AdaptiveRolloutScaler):
@@ -229,10 +284,12 @@ class RetentionRolloutScaler(AdaptiveRolloutScaler):
         rho_high: float = 0.9,
         grow_step: int = 2,
         per_prompt: bool = False,
+        period_steps: int = 0,
     ) -> None:
         where = "RetentionRolloutScaler"
         if rule not in (None, "retention"):
             raise ValueError(f"{where}: rule = {rule!r}; this class implements 'retention'")
+        super().__init__(period_steps)
         check_positive_int(n_init, "n_init", where, minimum=2)
         check_positive_int(n_min, "n_min", where, minimum=2)
         n_max = n_init if n_max is None else n_max
@@ -251,9 +308,8 @@ class RetentionRolloutScaler(AdaptiveRolloutScaler):
         self.beta, self.headroom, self.rho_high, self.grow_step = float(beta), headroom, float(rho_high), grow_step
         self.per_prompt = bool(per_prompt)
         self._n = n_init
-        self._period: list[tuple[Hashable | None, int, int]] = []  # (uid, kept, n it was observed under)
+        self._observations: list[tuple[Hashable | None, int, int]] = []  # (uid, kept, n it was observed under)
         self._prompt_n: dict[Hashable, int] = {}
-        self.last_decision: dict[str, float] = {}
 
     @property
     def n(self) -> int:
@@ -293,18 +349,18 @@ class RetentionRolloutScaler(AdaptiveRolloutScaler):
             # A prompt drawn twice in one step (e.g. a DAPO refill across an epoch boundary) can
             # keep more than n responses under one uid; count it as full retention, not an error.
             rows.append((uid, min(kk, n_q), n_q))
-        self._period.extend(rows)
+        self._observations.extend(rows)
 
     def end_period(self, progress: float | None = None) -> int:
         """Close the period: apply the rule (global, and per prompt in per-prompt mode); returns ``n``.
 
         ``progress`` is accepted for the common interface and not used by this rule."""
-        kept = [k for _, k, _ in self._period]
-        n_obs = [nq for _, _, nq in self._period]
+        kept = [k for _, k, _ in self._observations]
+        n_obs = [nq for _, _, nq in self._observations]
         self._n, self.last_decision = self._rule(kept, self._n, n_obs)
         if self.per_prompt:
             by_uid: dict[Hashable, list[tuple[int, int]]] = {}
-            for uid, k, nq in self._period:
+            for uid, k, nq in self._observations:
                 by_uid.setdefault(uid, []).append((k, nq))
             changed = 0
             for uid, obs in by_uid.items():
@@ -314,25 +370,28 @@ class RetentionRolloutScaler(AdaptiveRolloutScaler):
                 self._prompt_n[uid] = n_next
             self.last_decision["per_prompt_changed"] = float(changed)
             self.last_decision["per_prompt_tracked"] = float(len(self._prompt_n))
-        self._period = []
+        self._observations = []
         return self._n
 
     def state_dict(self) -> dict[str, Any]:
-        """Everything needed to resume: current n, the open period, per-prompt n, last decision."""
+        """Everything needed to resume: current n, the open period (its counts and its start),
+        per-prompt n, last decision."""
         return {
             "n": self._n,
-            "period": [list(r) for r in self._period],
+            "period": [list(r) for r in self._observations],
+            "period_start": self.period.state_dict(),
             "prompt_n": [[u, v] for u, v in self._prompt_n.items()],
             "last_decision": dict(self.last_decision),
         }
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Restore from :meth:`state_dict` (hyper-parameters come from the constructor)."""
-        missing = [k for k in ("n", "period", "prompt_n", "last_decision") if k not in state]
+        missing = [k for k in ("n", "period", "period_start", "prompt_n", "last_decision") if k not in state]
         if missing:
             raise ValueError(f"{type(self).__name__}.load_state_dict: missing keys {missing}")
         self._n = int(state["n"])
-        self._period = [(u, int(k), int(nq)) for u, k, nq in state["period"]]
+        self._observations = [(u, int(k), int(nq)) for u, k, nq in state["period"]]
+        self.period.load_state_dict(state["period_start"])
         self._prompt_n = {u: int(v) for u, v in state["prompt_n"]}
         self.last_decision = dict(state["last_decision"])
 
@@ -343,10 +402,42 @@ class FixedRolloutScaler(RetentionRolloutScaler):
 
     rule = "fixed"
 
-    def __init__(self, n: int = 8) -> None:
-        super().__init__(n_init=n, n_min=n, n_max=n)
+    def __init__(self, n: int = 8, period_steps: int = 0) -> None:
+        super().__init__(n_init=n, n_min=n, n_max=n, period_steps=period_steps)
 
     def _rule(self, kept: Sequence[int], n: int, n_obs: Sequence[int] | None) -> tuple[int, dict[str, float]]:
         _, decision = super()._rule(kept, n, n_obs)
         decision["n_next"], decision["grew"] = float(n), 0.0
         return n, decision
+
+
+# ---------------------------------------------------------------------- built from cfg.algorithm.ars
+def ars_rollout_scaler(
+    n_init: int,
+    *,
+    rule: str,
+    period_steps: int,
+    n_floor: int,
+    n_min: int,
+    n_max: int | None,
+    beta: float,
+    headroom: int,
+    rho_high: float,
+    grow_step: int,
+    per_prompt: bool,
+) -> AdaptiveRolloutScaler:
+    """ARS from its config section (the fields of ``cfg.algorithm.ars``) and the initial n: each
+    rule takes its own options (module docstring)."""
+    if rule == "release":
+        return ReleaseRolloutScaler(n_init, n_floor=n_floor, period_steps=period_steps)
+    if rule == "retention":
+        return RetentionRolloutScaler(n_init, n_min=n_min, n_max=n_max, beta=beta, headroom=headroom,
+                                      rho_high=rho_high, grow_step=grow_step, per_prompt=per_prompt,
+                                      period_steps=period_steps)
+    raise ValueError(f"ARS: rule = {rule!r} is not one of {', '.join(ARS_RULES)}")
+
+
+def fixed_rollout_scaler(n_init: int, *, period_steps: int, **ars_rule_options: Any) -> FixedRolloutScaler:
+    """The fixed n, built from the ARS section like ARS: only its period applies (the statistics
+    ARS would use are reported once per ARS period); the rule options do not."""
+    return FixedRolloutScaler(n_init, period_steps=period_steps)

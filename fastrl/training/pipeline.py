@@ -43,8 +43,6 @@ class TrainState:
     step: int = 0  # optimizer-independent count of finished rollout steps
     epoch: int = 0
     position: int = 0  # index into this epoch's prompt order
-    period_start_step: int = 0
-    period_start_epoch: int = 0
 
 
 def seed_everything(seed: int) -> None:
@@ -61,6 +59,8 @@ class Trainer:
             torch.set_num_threads(cfg.trainer.torch_threads)
         seed_everything(cfg.trainer.seed)
         _check_world_fits(cfg, dist.world_size())
+        # First: a bad hyper-parameter (checked by its component) fails before any model is built.
+        self.components: Components = build_components(cfg)
         self.run_dir = Path(cfg.trainer.run_dir)
         if dist.is_main():
             self.run_dir.mkdir(parents=True, exist_ok=True)
@@ -68,7 +68,6 @@ class Trainer:
         dist.barrier()
         self.policy: PolicyBundle = build_policy(cfg)
         self.train_records, self.val_records, self.ood_records = load_datasets(cfg)
-        self.components: Components = build_components(cfg)
         self.state = TrainState()
         self.logger = RunLogger(self.run_dir, tensorboard=cfg.trainer.tensorboard, enabled=dist.is_main())
         self._encoded: dict[str, PromptInput] = {}
@@ -171,7 +170,7 @@ class Trainer:
             groups = batch.group_indices()
             buffer.add(batch.accuracies, batch.uids, payloads={u: batch.select(i) for u, i in groups.items()})
         batch = RolloutBatch.concat([part for _, part in buffer.take()])
-        return batch, {"rollout/tries": float(buffer.tries), "rollout/prompts_seen": float(prompts_seen),
+        return batch, {**buffer.metrics(), "rollout/prompts_seen": float(prompts_seen),
                        "rollout/prompts_drawn": float(prompts_drawn)}
 
     def compute_advantages(self, batch: RolloutBatch) -> None:
@@ -202,8 +201,7 @@ class Trainer:
     def prune_first(self) -> bool:
         """Prune before the old/ref log-prob passes exactly when the release does: KL is a loss
         term here (or absent), so only CPPO keeps its released order (full batch, then prune)."""
-        a = self.cfg.algorithm
-        return a.pruner != "cppo" or a.cppo.prune_first
+        return self.components.pruner.prune_first
 
     # ------------------------------------------------------------------ one step
     def train_step(self) -> dict[str, Any]:
@@ -295,28 +293,15 @@ class Trainer:
             )
 
     def update_statistics(self, batch: RolloutBatch, kept: RolloutBatch) -> dict[str, float]:
-        """ARS observes the per-question final counts (kept + refill) of the step, in the period
-        the step ran in; periods end every period_steps or at each epoch boundary."""
-        scaler = self.components.rollout_scaler
+        """The step's end, told to the rollout scaler (with the per-question final counts: kept +
+        refill) and to the prompt selector; returns what they report."""
+        scaler, selector = self.components.rollout_scaler, self.components.prompt_selector
         # the per-question final counts: every question of the batch, kept responses after the refill
-        scaler.observe({**{u: 0 for u in batch.uids}, **Counter(kept.uids)})
-        period = self.cfg.algorithm.ars.period_steps
-        ended = (
-            (period > 0 and self.state.step - self.state.period_start_step >= period)
-            or (period == 0 and self.state.epoch > self.state.period_start_epoch)
-        )
-        out: dict[str, float] = {}
-        if ended:
-            scaler.end_period(min(self.state.step / self.cfg.trainer.total_steps, 1.0))
-            self.state.period_start_step = self.state.step
-            self.state.period_start_epoch = self.state.epoch
-            decision = getattr(scaler, "last_decision", None) or {}
-            out.update({f"ars/{k}": float(v) for k, v in decision.items() if isinstance(v, (int, float))})
-        self.components.prompt_selector.end_step(self.state.epoch)
-        for name in ("p_easy", "p_hard"):
-            if hasattr(self.components.prompt_selector, name):
-                out[f"greso/{name}"] = float(getattr(self.components.prompt_selector, name))
-        return out
+        final_counts = {**{u: 0 for u in batch.uids}, **Counter(kept.uids)}
+        scaler.end_step(final_counts, step=self.state.step, epoch=self.state.epoch,
+                        progress=min(self.state.step / self.cfg.trainer.total_steps, 1.0))
+        selector.end_step(self.state.epoch)
+        return {**scaler.metrics(), **selector.metrics()}
 
     def _batch_metrics(self, batch: RolloutBatch, kept: RolloutBatch, n_used: int) -> dict[str, float]:
         groups = batch.group_indices()

@@ -37,7 +37,7 @@ def test_buffer_fills_across_tries_and_truncates():
     buf.add([0, 1, 1, 0, 0, 1], ["c", "c", "d", "d", "e", "e"], payloads={"c": "C", "d": "D", "e": "E"})
     assert buf.full
     assert buf.take() == [("b", [2, 3]), ("c", "C"), ("d", "D")]  # surplus "e" dropped
-    assert buf.metrics()["tries"] == 2.0 and buf.metrics()["groups_kept"] == 4.0
+    assert buf.metrics() == {"rollout/tries": 2.0} and buf.num_kept == 4 and buf.seen_groups == 5
 
 
 def test_buffer_error_after_max_tries():

@@ -134,3 +134,12 @@ def test_all_prompts_selector_interface():
 def test_bad_input(call, match):
     with pytest.raises(ValueError, match=match):
         call()
+
+
+def test_metrics_are_the_keep_probabilities_after_each_step():
+    s = GresoSelector(p_easy=0.4, p_hard=0.6)
+    assert s.metrics() == {"greso/p_easy": 0.4, "greso/p_hard": 0.6}
+    s.record_groups({u: [1, 1] for u in range(10)})  # all easy: lowers p_easy, raises p_hard
+    s.end_step(epoch=1)
+    assert s.metrics() == {"greso/p_easy": pytest.approx(0.39), "greso/p_hard": pytest.approx(0.61)}
+    assert AllPromptsSelector().metrics() == {}

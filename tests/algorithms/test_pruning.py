@@ -330,12 +330,9 @@ def test_kept_counts():
         (lambda: mdap_select([1.0, float("nan")], ["a", "a"], [[1], [2]]), "not finite"),
         (lambda: mdap_select([1.0, 1.0], ["a"], [[1], [2]]), "len\\(uids\\)"),
         (lambda: mdap_select([1.0, 1.0], ["a", "a"], [[1]]), "len\\(token_ids\\)"),
-        (lambda: mdap_select([1.0, 1.0], ["a", "a"], [[1], [2]], tau=1.5), "tau"),
         (lambda: mdap_select([1.0, 1.0], ["a", "a"], [[1], [2]], align_to=0), "align_to"),
-        (lambda: mdap_select([1.0, 1.0], ["a", "a"], [[1], [2]], rule="nearest"), "rule"),
         (lambda: mdap_select([], [], []), "empty batch"),
         (lambda: mdap_select([1.0, 1.0], ["a", "a"], [[1], [-2]]), "negative token id"),
-        (lambda: cppo_select([1.0], ["a"], prune_rate=2.0), "prune_rate"),
     ],
 )
 def test_bad_input(call, match):

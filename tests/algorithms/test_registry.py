@@ -1,12 +1,19 @@
-"""Registries: every component name resolves, pruners share one call signature."""
+"""Registries: every component name resolves, pruners share one call signature, components are
+built from their own config section, the registry itself imports no torch."""
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import pytest
 import torch
 
+from fastrl.algorithms import losses
 from fastrl.algorithms import registry as R
 from fastrl.algorithms.advantages import grpo_advantages
+from fastrl.algorithms.pruning import CPPOPruner, MDAPPruner
+from fastrl.algorithms.rollout_scale import ReleaseRolloutScaler, RetentionRolloutScaler
+from fastrl.config import AlgorithmConfig
 
 
 def test_component_names():
@@ -14,7 +21,7 @@ def test_component_names():
     assert set(R.GROUP_FILTERS) == {"none", "dapo"}
     assert set(R.PRUNERS) == {"none", "mdap", "cppo", "random", "advantage_only"}
     assert set(R.ROLLOUT_SCALERS) == {"fixed", "ars"}
-    assert set(R.POLICY_LOSSES) == {"ppo_clip", "gspo", "gspo_token"}
+    assert set(R.POLICY_LOSSES) == {"ppo_clip", "gspo", "gspo_token"} == set(losses.POLICY_LOSS_KINDS)
     assert set(R.ADVANTAGE_ESTIMATORS) == {"grpo", "drgrpo"}
 
 
@@ -30,15 +37,24 @@ def test_register_decorator_and_duplicates():
     def x():
         return 1
 
-    assert R.get(reg, "x") is x
+    assert R.get(reg, "x") is x and list(reg) == ["x"]
     with pytest.raises(ValueError, match=r"thing 'x' is already registered"):
         R.register(reg, "x")(x)
 
 
+def test_lazy_entries_load_once_and_plain_assignment_works():
+    reg = R.Registry("thing", {"adv": R.Entry("fastrl.algorithms.advantages:grpo_advantages")})
+    assert reg["adv"] is grpo_advantages and R.get(reg, "adv") is reg["adv"]
+    reg["other"] = len  # what monkeypatch.setitem does
+    assert reg["other"] is len and set(reg) == {"adv", "other"}
+    del reg["other"]
+    assert "other" not in reg and reg.get("other") is None
+
+
 @pytest.mark.parametrize("name, hp", [("none", {}), ("mdap", {"tau": 0.8, "rule": "release"}),
                                       ("mdap", {"tau": 0.8, "rule": "greedy"}),
-                                      ("cppo", {"prune_rate": 0.5}), ("random", {"prune_rate": 0.5}),
-                                      ("advantage_only", {})])
+                                      ("cppo", {"prune_rate": 0.5, "prune_first": False}),
+                                      ("random", {"prune_rate": 0.5}), ("advantage_only", {})])
 @pytest.mark.parametrize("d", [1, 3, 4])
 def test_every_pruner_has_the_trainer_signature(name, hp, d):
     uids = [f"q{i % 5}" for i in range(40)]  # interleaved, 8 per question
@@ -47,7 +63,7 @@ def test_every_pruner_has_the_trainer_signature(name, hp, d):
     adv = grpo_advantages(rewards, uids)
     toks = [torch.randint(0, 50, (int(torch.randint(1, 20, (1,), generator=g)),), generator=g).tolist()
             for _ in range(40)]
-    pruner = R.build_pruner(name, **hp)
+    pruner = R.get(R.PRUNERS, name)(**hp)
     result = pruner(adv, uids, toks, align_to=d, generator=torch.Generator().manual_seed(1))
     kept = result.kept
     assert kept.dtype == torch.long and kept.tolist() == sorted(set(kept.tolist()))
@@ -58,15 +74,20 @@ def test_every_pruner_has_the_trainer_signature(name, hp, d):
         assert len(kept) % d == 0
     assert sum(result.final_counts.values()) == len(kept)
     assert repr(pruner).startswith(type(pruner).__name__ + "(")
+    assert pruner.prune_first is (name != "cppo")
 
 
-def test_build_pruner_rejects_unknown_and_bad_hyperparameters():
-    with pytest.raises(ValueError, match=r"pruner 'cppo' takes \['prune_rate'\]; unknown: \['tau'\]"):
-        R.build_pruner("cppo", tau=0.5)
-    with pytest.raises(ValueError, match=r"tau = 2 must lie in \[0, 1\]"):
-        R.build_pruner("mdap", tau=2)
-    with pytest.raises(ValueError, match=r"rule = 'nearest'"):
-        R.build_pruner("mdap", rule="nearest")
+def test_pruners_check_their_hyperparameters_once_when_built():
+    with pytest.raises(TypeError, match="tau"):
+        CPPOPruner(tau=0.5)
+    with pytest.raises(ValueError, match=r"MDAPPruner: tau = 2 must lie in \[0, 1\]"):
+        MDAPPruner(tau=2)
+    with pytest.raises(ValueError, match=r"MDAPPruner: rule = 'nearest' is not one of release, greedy"):
+        MDAPPruner(rule="nearest")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match=r"CPPOPruner: prune_rate = 2.0 must lie in \[0, 1\]"):
+        CPPOPruner(prune_rate=2.0)
+    with pytest.raises(ValueError, match=r"RandomPruner: prune_rate = -0.1"):
+        R.get(R.PRUNERS, "random")(prune_rate=-0.1)
 
 
 def test_policy_losses_and_estimators_are_callable():
@@ -77,22 +98,69 @@ def test_policy_losses_and_estimators_are_callable():
     assert R.ADVANTAGE_ESTIMATORS["drgrpo"]([1.0, 0.0], ["a", "a"]).tolist() == [0.5, -0.5]
 
 
-def test_classes_build_with_config_style_kwargs():
-    R.get(R.PROMPT_SELECTORS, "greso")(p_easy=0.5, p_hard=0.5, alpha=0.25, step_size=0.01,
-                                        p_min=0.05, p_max=0.95, floor=0.01)
-    R.get(R.ROLLOUT_SCALERS, "ars")(n_init=8, rule="retention", n_min=4, n_max=None, beta=0.5, headroom=1,
-                                    rho_high=0.9, grow_step=2, per_prompt=False)
-    assert R.get(R.ROLLOUT_SCALERS, "ars")(n_init=8, rule="release", n_floor=2).rule == "release"
-    assert R.get(R.ROLLOUT_SCALERS, "fixed")(n=8).n == 8
-    assert R.get(R.GROUP_FILTERS, "dapo")(16, max_tries=20).target_groups == 16
-    assert R.get(R.GROUP_FILTERS, "none")(16, max_tries=20).target_groups == 16
+def test_each_component_is_built_from_its_own_config_section():
+    a = AlgorithmConfig()
+    a.mdap.tau, a.mdap.rule, a.cppo.prune_rate, a.cppo.prune_first = 0.6, "greedy", 0.25, True
+    a.greso.p_easy, a.dapo.max_tries, a.ars.period_steps, a.ars.n_floor = 0.3, 7, 3, 4
+    assert R.build(R.PRUNERS, "mdap", a) == MDAPPruner(tau=0.6, rule="greedy")
+    assert R.build(R.PRUNERS, "cppo", a) == CPPOPruner(prune_rate=0.25, prune_first=True)
+    assert R.build(R.PRUNERS, "random", a).prune_rate == a.random.prune_rate
+    assert R.build(R.PROMPT_SELECTORS, "greso", a).p_easy == 0.3
+    assert R.bind(R.GROUP_FILTERS, "dapo", a)(16).max_tries == 7
+    assert R.bind(R.GROUP_FILTERS, "none", a)(16).target_groups == 16
+    ars = R.build(R.ROLLOUT_SCALERS, "ars", a, n_init=8)
+    assert isinstance(ars, ReleaseRolloutScaler) and (ars.n, ars.n_floor, ars.period.steps) == (8, 4, 3)
+    a.ars.rule, a.ars.n_min, a.ars.beta = "retention", 2, 0.25
+    ars = R.build(R.ROLLOUT_SCALERS, "ars", a, n_init=6)
+    assert isinstance(ars, RetentionRolloutScaler) and (ars.n_min, ars.n_max, ars.beta) == (2, 6, 0.25)
+    fixed = R.build(R.ROLLOUT_SCALERS, "fixed", a, n_init=6)
+    assert (fixed.n, fixed.period.steps, fixed.per_prompt) == (6, 3, False)
+    a.ars.rule = "fancy"
+    with pytest.raises(ValueError, match=r"ARS: rule = 'fancy' is not one of release, retention"):
+        R.build(R.ROLLOUT_SCALERS, "ars", a, n_init=8)
+    with pytest.raises(ValueError, match=r"unknown pruner 'magic'; valid: advantage_only, cppo, mdap, none, random"):
+        R.build(R.PRUNERS, "magic", a)
+
+
+@dataclass
+class _Section:
+    scale: float = 2.0
+
+
+def test_a_plugin_is_built_from_the_section_it_names():
+    reg = R.Registry("thing")
+
+    @R.register(reg, "scaled", section="custom")
+    def scaled(scale: float, *, base: float) -> float:
+        return scale * base
+
+    @dataclass
+    class Sections:
+        custom: _Section
+
+    assert R.build(reg, "scaled", Sections(_Section(3.0)), base=2.0) == 6.0
+
+    @R.register(reg, "plain")  # no section: built from the context alone
+    def plain(*, base: float) -> float:
+        return base
+
+    assert R.build(reg, "plain", Sections(_Section(3.0)), base=2.0) == 2.0
 
 
 def test_core_imports_without_vllm_or_deepspeed():
     import subprocess
     import sys
 
-    code = ("import sys; import fastrl.algorithms.registry; "
+    code = ("import sys; from fastrl.algorithms import registry as R; R.get(R.PRUNERS, 'mdap'); "
             "bad = [m for m in ('vllm', 'deepspeed', 'transformers') if m in sys.modules]; "
             "sys.exit(1 if bad else 0)")
+    assert subprocess.run([sys.executable, "-c", code]).returncode == 0
+
+
+def test_the_registry_names_come_without_torch():
+    import subprocess
+    import sys
+
+    code = ("import sys; from fastrl.algorithms import registry as R; names = list(R.PRUNERS); "
+            "sys.exit(1 if 'torch' in sys.modules or names != ['none', 'mdap', 'cppo', 'random', 'advantage_only'] else 0)")
     assert subprocess.run([sys.executable, "-c", code]).returncode == 0

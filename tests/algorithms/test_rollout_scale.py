@@ -268,3 +268,56 @@ def test_release_state_dict_round_trip():
 def test_release_end_period_needs_progress():
     with pytest.raises(ValueError, match="progress"):
         AdaptiveRolloutScaler(n_init=8).end_period()
+
+
+# ------------------------------------------------------------------ periods: the scaler ends them
+def _steps(scaler, epochs, counts=None, total=None):
+    """Feed one end_step per entry of ``epochs`` (the epoch after each step); the metrics of each."""
+    out = []
+    for step, epoch in enumerate(epochs, start=1):
+        scaler.end_step(counts or {"a": 2, "b": 4}, step=step, epoch=epoch, progress=step / (total or len(epochs)))
+        out.append(scaler.metrics())
+    return out
+
+
+def test_a_period_ends_every_period_steps_steps():
+    s = AdaptiveRolloutScaler(n_init=8, period_steps=2)
+    got = _steps(s, [0] * 5)
+    assert [bool(m) for m in got] == [False, True, False, True, False]
+    assert got[1]["ars/num_observations"] == 2.0 and got[1]["ars/progress"] == 2 / 5
+    assert got[3]["ars/progress"] == 4 / 5 and s.periods == 2
+
+
+def test_a_period_ends_at_each_epoch_boundary_when_period_steps_is_zero():
+    s = AdaptiveRolloutScaler(n_init=8)
+    got = _steps(s, [0, 0, 1, 1, 1, 3])
+    assert [bool(m) for m in got] == [False, False, True, False, False, True]
+    assert got[2]["ars/num_observations"] == 3.0  # the step that reached epoch 1 belongs to epoch 0's period
+    assert got[5]["ars/num_observations"] == 3.0 and s.period.start_epoch == 3
+
+
+def test_metrics_are_the_decision_as_ars_keys_for_every_rule():
+    for scaler in (AdaptiveRolloutScaler(n_init=8, period_steps=1),
+                   AdaptiveRolloutScaler(n_init=8, rule="retention", period_steps=1),
+                   FixedRolloutScaler(8, period_steps=1)):
+        (m,) = _steps(scaler, [0])
+        assert m == {f"ars/{k}": float(v) for k, v in scaler.last_decision.items()} and m
+
+
+def test_the_open_period_resumes_from_the_state_dict():
+    for make in (lambda: AdaptiveRolloutScaler(n_init=8, period_steps=3),
+                 lambda: AdaptiveRolloutScaler(n_init=8, rule="retention", period_steps=3)):
+        a, b = make(), make()
+        _steps(a, [0] * 4, total=10)  # a period ended at step 3; step 4 is open
+        b.load_state_dict(a.state_dict())
+        assert b.period.start_step == 3
+        for step in (5, 6):  # the period that began after step 3 ends with step 6
+            a.end_step({"a": 1, "b": 1}, step=step, epoch=0, progress=step / 10)
+            b.end_step({"a": 1, "b": 1}, step=step, epoch=0, progress=step / 10)
+            assert a.metrics() == b.metrics() and bool(a.metrics()) == (step == 6)
+        assert a.state_dict() == b.state_dict() and b.period.start_step == 6
+
+
+def test_period_steps_must_be_a_non_negative_integer():
+    with pytest.raises(ValueError, match=r"period_steps = -1 must be an integer >= 0"):
+        AdaptiveRolloutScaler(n_init=8, period_steps=-1)

@@ -1,0 +1,59 @@
+"""Components are built from their own config sections; the trainer only calls their protocols."""
+
+from __future__ import annotations
+
+import pytest
+
+import fastrl.training.pipeline as pipeline
+from fastrl.algorithms.pruning import CPPOPruner, KeepAllPruner, MDAPPruner
+from fastrl.algorithms.rollout_scale import FixedRolloutScaler, ReleaseRolloutScaler, RetentionRolloutScaler
+from fastrl.config import CONFIG_ROOT, load_config
+from fastrl.training.components import build_components
+
+METHODS = sorted(p.stem for p in (CONFIG_ROOT / "methods").glob("*.yaml"))
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_every_method_builds(method):
+    cfg = load_config(f"methods/{method}.yaml", scale="smoke")
+    c = build_components(cfg)
+    assert c.rollout_scaler.n == cfg.rollout.n
+    assert c.new_group_buffer(cfg.trainer.prompts_per_step).metrics() == {"rollout/tries": 0.0}
+
+
+def test_sections_reach_their_components():
+    cfg = load_config("methods/fastrl.yaml", ["algorithm.mdap.tau=0.6", "algorithm.ars.period_steps=3"],
+                      scale="smoke")
+    c = build_components(cfg)
+    assert c.pruner == MDAPPruner(tau=0.6, rule="release") and c.pruner.prune_first
+    assert isinstance(c.rollout_scaler, ReleaseRolloutScaler) and c.rollout_scaler.period.steps == 3
+    retention = build_components(load_config("methods/fastrl_retention_ars.yaml", scale="smoke"))
+    assert isinstance(retention.rollout_scaler, RetentionRolloutScaler) and retention.rollout_scaler.n_min == 2
+    cppo = build_components(load_config("methods/cppo.yaml", scale="smoke"))
+    assert cppo.pruner == CPPOPruner(prune_rate=0.5, prune_first=False) and not cppo.pruner.prune_first
+    grpo = build_components(load_config("methods/grpo.yaml", scale="smoke"))
+    assert grpo.pruner == KeepAllPruner() and isinstance(grpo.rollout_scaler, FixedRolloutScaler)
+    assert grpo.rollout_scaler.period.steps == 1  # the fixed n reports once per ARS period (smoke: every step)
+
+
+@pytest.mark.parametrize("override, match", [
+    ("algorithm.mdap.tau=1.5", r"MDAPPruner: tau = 1.5 must lie in \[0, 1\]"),
+    ("algorithm.mdap.rule=nearest", r"MDAPPruner: rule = 'nearest' is not one of release, greedy"),
+    ("algorithm.ars.rule=fancy", r"ARS: rule = 'fancy' is not one of release, retention"),
+    ("algorithm.ars.period_steps=-1", r"period_steps = -1 must be an integer >= 0"),
+])
+def test_a_bad_hyperparameter_fails_before_the_model_is_built(tmp_path, monkeypatch, override, match):
+    def no_policy(cfg):
+        raise AssertionError("the policy was built before the components were checked")
+
+    monkeypatch.setattr(pipeline, "build_policy", no_policy)
+    cfg = load_config("methods/fastrl.yaml", [override, f"trainer.run_dir={tmp_path / 'run'}"], scale="smoke")
+    with pytest.raises(ValueError, match=match):
+        pipeline.Trainer(cfg)
+    assert not (tmp_path / "run").exists()
+
+
+def test_greso_bad_probabilities_are_the_selectors_error():
+    cfg = load_config("methods/greso.yaml", ["algorithm.greso.p_min=0.5", "algorithm.greso.p_max=0.4"], scale="smoke")
+    with pytest.raises(ValueError, match=r"GresoSelector: p_min = 0.5 > p_max = 0.4"):
+        build_components(cfg)
