@@ -19,15 +19,16 @@ from typing import Any, Sequence
 
 from experiments.logs import RunSummary, is_finished, read_metrics, read_spec, summarize, train_rows
 from experiments.spec import RunSpec, SpecError
+from fastrl.training import metric_keys as K
 
 METADATA_DIR = "run_metadata"  # not "runs/": .gitignore
 
 # Per-step quantities kept in the export (the full metrics.jsonl has ~60 per step).
 STEP_KEYS: tuple[str, ...] = (
-    "step", "timing_s/step", "timing_s/gen", "timing_s/old_log_prob", "timing_s/ref", "timing_s/update_actor",
-    "reward/mean", "reward/accuracy", "rollout/n", "rollout/num_prompts", "rollout/num_responses",
-    "rollout/mixed_groups", "prune/kept", "prune/kept_fraction", "tokens/generated", "tokens/trained",
-    "actor/entropy",
+    K.STEP, K.STEP_TIME, K.timing_key("gen"), K.timing_key("old_log_prob"), K.timing_key("ref"),
+    K.timing_key("update_actor"), K.REWARD_MEAN, K.REWARD_ACCURACY, K.ROLLOUT_N, K.ROLLOUT_NUM_PROMPTS,
+    K.ROLLOUT_NUM_RESPONSES, K.ROLLOUT_MIXED_GROUPS, K.PRUNE_KEPT, K.PRUNE_KEPT_FRACTION, K.TOKENS_GENERATED,
+    K.TOKENS_TRAINED, K.ACTOR_ENTROPY,
 )
 
 
@@ -47,7 +48,7 @@ def run_record(spec: RunSpec, commit: str) -> dict[str, Any]:
     s = summarize(spec.run_dir)
     written = read_spec(spec.run_dir) or {}
     rows = read_metrics(spec.run_dir)
-    val = [r for r in rows if str(r.get("phase", "")).startswith("val")]
+    val = [r for r in rows if str(r.get(K.PHASE, "")).startswith(K.PHASE_VAL)]  # val and val_final
     return {
         "target": spec.target, "group": spec.group, "scale": spec.scale, "dataset": spec.dataset, "model": spec.model,
         "variant": spec.variant, "seed": spec.seed, "run_dir": str(spec.run_dir), "identity": spec.identity(),
@@ -57,7 +58,7 @@ def run_record(spec: RunSpec, commit: str) -> dict[str, Any]:
                     "acc_after": s.acc_after, "ood": s.ood, "tokens_generated": s.tokens_generated,
                     "tokens_trained": s.tokens_trained, "kept_fraction": s.kept_fraction, "mean_n": s.mean_n,
                     "timing_s": s.timing, "train_cpu_s": s.train_cpu_s},
-        "validation": [{k: _round(v) for k, v in r.items() if "accuracy" in k or k in ("step", "phase")} for r in val],
+        "validation": [{k: _round(v) for k, v in r.items() if "accuracy" in k or k in (K.STEP, K.PHASE)} for r in val],
         "steps": [{k: _round(r[k]) for k in STEP_KEYS if k in r} for r in train_rows(rows)],
     }
 

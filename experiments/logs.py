@@ -1,4 +1,4 @@
-"""Reading run logs: ``<run_dir>/metrics.jsonl`` (see fastrl.training.metrics) and eval outputs.
+"""Reading run logs: ``<run_dir>/metrics.jsonl`` (keys: fastrl.training.metric_keys) and eval outputs.
 
 A run is *finished* when its log ends with the ``"phase": "val_final"`` line the trainer writes
 after training (final validation and out-of-domain accuracy). Everything here is pure reading,
@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from fastrl.training import metric_keys as K
 from fastrl.training.metrics import read_metrics
 
 SPEC_FILE = "run_spec.json"  # written by experiments.runner next to metrics.jsonl
@@ -21,22 +22,22 @@ SPEC_FILE = "run_spec.json"  # written by experiments.runner next to metrics.jso
 
 def is_finished(run_dir: Path) -> bool:
     rows = read_metrics(Path(run_dir))
-    return bool(rows) and rows[-1].get("phase") == "val_final"
+    return bool(rows) and rows[-1].get(K.PHASE) == K.PHASE_VAL_FINAL
 
 
 def train_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """The per-step training lines (those with a step time), in step order."""
-    return sorted((r for r in rows if "timing_s/step" in r), key=lambda r: r["step"])
+    return sorted((r for r in rows if K.STEP_TIME in r), key=lambda r: r[K.STEP])
 
 
 def val_curve(rows: list[dict[str, Any]]) -> list[tuple[int, float]]:
     """(step, validation accuracy): before training, every val_every, and the final one."""
     out: list[tuple[int, float]] = []
     for r in rows:
-        if r.get("phase") == "val" and "val/accuracy_before" in r:
-            out.append((int(r["step"]), float(r["val/accuracy_before"])))
-        elif "val/accuracy" in r:
-            out.append((int(r["step"]), float(r["val/accuracy"])))
+        if r.get(K.PHASE) == K.PHASE_VAL and K.VAL_ACCURACY_BEFORE in r:
+            out.append((int(r[K.STEP]), float(r[K.VAL_ACCURACY_BEFORE])))
+        elif K.VAL_ACCURACY in r:
+            out.append((int(r[K.STEP]), float(r[K.VAL_ACCURACY])))
     # a val_every point at the last step and the final line can coincide: keep the final one
     dedup: dict[int, float] = {}
     for s, a in out:
@@ -97,31 +98,31 @@ def summarize(run_dir: Path) -> RunSummary:
     """Summary of a finished run; raises ValueError naming the run when it is not finished."""
     run_dir = Path(run_dir)
     rows = read_metrics(run_dir)
-    if not rows or rows[-1].get("phase") != "val_final":
+    if not rows or rows[-1].get(K.PHASE) != K.PHASE_VAL_FINAL:
         raise ValueError(f"{run_dir}/metrics.jsonl: run not finished (no final 'val_final' line)")
     final = rows[-1]
     steps = train_rows(rows)
-    before = [r for r in rows if r.get("phase") == "val" and "val/accuracy_before" in r]
+    before = [r for r in rows if r.get(K.PHASE) == K.PHASE_VAL and K.VAL_ACCURACY_BEFORE in r]
     total = lambda key: float(sum(float(r.get(key, 0.0)) for r in steps))  # noqa: E731
-    ood = {k.split("/")[1]: float(v) for k, v in final.items() if k.startswith("ood/") and k.endswith("/accuracy")}
+    ood = {name: float(v) for k, v in final.items() if (name := K.ood_accuracy_name(k)) is not None}
     # paper scale: out-of-domain benchmarks are evaluated by `fastrl eval` into <run>/eval/<name>/
     ood.update({b: m["accuracy"] for b, m in eval_results(run_dir).items() if "accuracy" in m})
-    timing = {k.split("/", 1)[1]: total(k) for k in (steps[0] if steps else {}) if k.startswith("timing_s/")}
-    generated = total("rollout/num_responses")
+    timing = {k.removeprefix(K.TIMING_PREFIX): total(k) for k in (steps[0] if steps else {}) if k.startswith(K.TIMING_PREFIX)}
+    generated = total(K.ROLLOUT_NUM_RESPONSES)
     return RunSummary(
         run_dir=run_dir,
         steps=len(steps),
-        train_time_s=total("timing_s/step"),
-        acc_before=float(before[0]["val/accuracy_before"]) if before else None,
-        acc_after=float(final["val/accuracy"]),
+        train_time_s=total(K.STEP_TIME),
+        acc_before=float(before[0][K.VAL_ACCURACY_BEFORE]) if before else None,
+        acc_after=float(final[K.VAL_ACCURACY]),
         ood=ood,
-        tokens_generated=total("tokens/generated"),
-        tokens_trained=total("tokens/trained"),
-        kept_fraction=total("prune/kept") / generated if generated else float("nan"),
-        mean_n=float(np.mean([float(r["rollout/n"]) for r in steps])) if steps else float("nan"),
+        tokens_generated=total(K.TOKENS_GENERATED),
+        tokens_trained=total(K.TOKENS_TRAINED),
+        kept_fraction=total(K.PRUNE_KEPT) / generated if generated else float("nan"),
+        mean_n=float(np.mean([float(r[K.ROLLOUT_N]) for r in steps])) if steps else float("nan"),
         timing=timing,
         spec=read_spec(run_dir),
-        train_cpu_s=total("cpu_s/step") if steps and "cpu_s/step" in steps[0] else float("nan"),
+        train_cpu_s=total(K.STEP_CPU) if steps and K.STEP_CPU in steps[0] else float("nan"),
     )
 
 
@@ -133,7 +134,7 @@ def find_runs(runs_root: Path, group: str, scale: str) -> list[Path]:
 
 def series(rows: list[dict[str, Any]], key: str) -> tuple[np.ndarray, np.ndarray]:
     """(steps, values) of ``key`` over the training lines that have it."""
-    pts = [(r["step"], float(r[key])) for r in train_rows(rows) if key in r]
+    pts = [(r[K.STEP], float(r[key])) for r in train_rows(rows) if key in r]
     if not pts:
         return np.zeros(0), np.zeros(0)
     s, v = zip(*pts)
@@ -144,6 +145,6 @@ def cumulative_wall(rows: list[dict[str, Any]]) -> dict[int, float]:
     """step -> training wall-clock seconds up to the end of that step (sum of timing_s/step)."""
     out, acc = {0: 0.0}, 0.0
     for r in train_rows(rows):
-        acc += float(r["timing_s/step"])
-        out[int(r["step"])] = acc
+        acc += float(r[K.STEP_TIME])
+        out[int(r[K.STEP])] = acc
     return out

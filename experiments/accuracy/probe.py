@@ -24,6 +24,7 @@ from typing import Any, Sequence
 import yaml
 
 from experiments.stats import t_interval
+from fastrl.training import metric_keys as K
 
 ARMS_FILE = Path(__file__).with_name("arms.yaml")
 DEFAULT_ROOT = Path("runs/accuracy_probe")
@@ -60,16 +61,16 @@ def summarize(run_dir: Path) -> dict[str, float] | None:
     if not path.exists():
         return None
     rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-    steps = [r for r in rows if "timing_s/step" in r]
-    before = next((r["val/accuracy_before"] for r in rows if "val/accuracy_before" in r), None)
-    final = next((r for r in rows if r.get("phase") == "val_final"), {})
-    after = final.get("val/accuracy")
+    steps = [r for r in rows if K.STEP_TIME in r]
+    before = next((r[K.VAL_ACCURACY_BEFORE] for r in rows if K.VAL_ACCURACY_BEFORE in r), None)
+    final = next((r for r in rows if r.get(K.PHASE) == K.PHASE_VAL_FINAL), {})
+    after = final.get(K.VAL_ACCURACY)
     if before is None or after is None or not steps:
         return None
-    return {"acc_before": before, "acc_after": after, "acc_after_n1": final.get("val/accuracy_n1", after),
-            "train_s": sum(r["timing_s/step"] for r in steps),
-            "kept_fraction": sum(r["prune/kept"] for r in steps) / sum(r["rollout/num_responses"] for r in steps),
-            "n_last": steps[-1]["rollout/n"], "optimizer_steps": sum(r.get("actor/optimizer_steps", 0) for r in steps)}
+    return {"acc_before": before, "acc_after": after, "acc_after_n1": final.get(K.VAL_ACCURACY_N1, after),
+            "train_s": sum(r[K.STEP_TIME] for r in steps),
+            "kept_fraction": sum(r[K.PRUNE_KEPT] for r in steps) / sum(r[K.ROLLOUT_NUM_RESPONSES] for r in steps),
+            "n_last": steps[-1][K.ROLLOUT_N], "optimizer_steps": sum(r.get(K.ACTOR_OPTIMIZER_STEPS, 0) for r in steps)}
 
 
 def report(root: Path, arms: dict[str, Any]) -> tuple[str, dict[str, Any]]:

@@ -16,6 +16,7 @@ from experiments import collect as C
 from experiments.grid import Context, paired_order, specs_for
 from experiments.logs import cumulative_wall, read_metrics, series, val_curve
 from experiments.spec import RunSpec, load_table
+from fastrl.training import metric_keys as K
 
 TARGET = "lag"
 DESCRIPTION = "policy lag: 4 and 16 updates per step (Figs. 6-7)"
@@ -40,12 +41,12 @@ def time_to_reach(run_dir: Path, level: float) -> float | None:
 
 def run_metrics(run_dir: Path) -> dict[str, float]:
     rows = read_metrics(run_dir)
-    _, step_t = series(rows, "timing_s/step")
-    _, ent = series(rows, "actor/entropy")
+    _, step_t = series(rows, K.STEP_TIME)
+    _, ent = series(rows, K.ACTOR_ENTROPY)
     curve = val_curve(rows)
     accs = [a for _, a in curve]
-    _, gen = series(rows, "tokens/generated")
-    _, trained = series(rows, "tokens/trained")
+    _, gen = series(rows, K.TOKENS_GENERATED)
+    _, trained = series(rows, K.TOKENS_TRAINED)
     m = {
         "step_time_s": float(step_t.mean()),
         "train_time_s": float(step_t.sum()),

@@ -9,8 +9,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterator
 
-# Stable stage names (DESIGN.md §3); every step logs each of them, 0.0 when a stage did not run.
-STAGES = ("gen", "reward", "adv", "prune", "old_log_prob", "ref", "update_actor", "update_weights", "step")
+from fastrl.training import metric_keys as K
+from fastrl.training.metric_keys import STAGES as STAGES  # re-exported: log readers import it from here
 
 
 class StageTimer:
@@ -32,8 +32,8 @@ class StageTimer:
             self.cpu_seconds[name] = self.cpu_seconds.get(name, 0.0) + time.process_time() - cpu
 
     def metrics(self) -> dict[str, float]:
-        return {**{f"timing_s/{k}": v for k, v in self.seconds.items()},
-                **{f"cpu_s/{k}": v for k, v in self.cpu_seconds.items()}}
+        return {**{K.timing_key(k): v for k, v in self.seconds.items()},
+                **{K.cpu_key(k): v for k, v in self.cpu_seconds.items()}}
 
 
 def _jsonable(value: Any) -> Any:
@@ -64,7 +64,7 @@ class RunLogger:
         if not (self.enabled and self.path.exists()):
             return
         lines = self.path.read_text().splitlines()
-        kept = [ln for ln in lines if ln.strip() and json.loads(ln).get("step", -1) <= step]
+        kept = [ln for ln in lines if ln.strip() and json.loads(ln).get(K.STEP, -1) <= step]
         tmp = self.path.with_suffix(".tmp")
         tmp.write_text("".join(ln + "\n" for ln in kept))
         tmp.replace(self.path)
@@ -72,12 +72,12 @@ class RunLogger:
     def log(self, step: int, metrics: dict[str, Any]) -> None:
         if not self.enabled:
             return
-        record = {"step": step, **{k: _jsonable(v) for k, v in metrics.items()}}
+        record = {K.STEP: step, **{k: _jsonable(v) for k, v in metrics.items()}}
         with open(self.path, "a") as fh:
             fh.write(json.dumps(record) + "\n")
         if self._tb is not None:
             for k, v in record.items():
-                if isinstance(v, (int, float)) and k != "step":
+                if isinstance(v, (int, float)) and k != K.STEP:
                     self._tb.add_scalar(k, v, step)
             self._tb.flush()
 
@@ -96,11 +96,11 @@ def read_metrics(run_dir: Path) -> list[dict[str, Any]]:
 def progress_postfix(metrics: dict[str, Any]) -> dict[str, str]:
     """What the progress bar shows after each step."""
     keys = {
-        "reward": "reward/mean",
-        "acc": "reward/accuracy",
-        "kept": "prune/kept_fraction",
-        "n": "rollout/n",
-        "s/step": "timing_s/step",
+        "reward": K.REWARD_MEAN,
+        "acc": K.REWARD_ACCURACY,
+        "kept": K.PRUNE_KEPT_FRACTION,
+        "n": K.ROLLOUT_N,
+        "s/step": K.STEP_TIME,
     }
     out = {}
     for label, key in keys.items():

@@ -24,6 +24,7 @@ import torch
 from fastrl.algorithms import losses, registry
 from fastrl.models.forward import collate, response_logprobs
 from fastrl.training import distributed as dist
+from fastrl.training import metric_keys as K
 from fastrl.training.batch import RolloutBatch
 
 if TYPE_CHECKING:
@@ -203,7 +204,7 @@ def update_policy(
                 logp, inputs["old"], inputs["adv"], mask, clip_low=settings.clip_low,
                 clip_high=settings.clip_high, dual_clip=settings.dual_clip, agg=settings.agg, **denominators,
             )
-            metrics = {f"actor/{k}": _item(v) for k, v in pg_metrics.items()}
+            metrics = {K.actor_key(k): _item(v) for k, v in pg_metrics.items()}
             shares[0] += _item(loss)
             if inputs["ref"] is not None:
                 kl = losses.aggregate(losses.kl_penalty(logp, inputs["ref"], kind=settings.kl_kind), mask,
@@ -213,15 +214,15 @@ def update_policy(
             shares[2] += _item(loss)
             check_finite(loss, f"policy loss (mini-batch {mb_index})")
             actor.backward(loss)
-            metrics["actor/entropy"] = _item((entropy.detach() * mask).sum() / mask.sum().clamp_min(1))
+            metrics[K.ACTOR_ENTROPY] = _item((entropy.detach() * mask).sum() / mask.sum().clamp_min(1))
             for k, v in metrics.items():
                 sums[k] = sums.get(k, 0.0) + v
             count += 1
         pg, kl, total = (float(x) for x in dist.all_reduce_sum(shares))
-        step_metrics = {"actor/pg_loss": pg, "actor/kl_loss": kl, "actor/loss": total, **actor.step()}
+        step_metrics = {K.ACTOR_PG_LOSS: pg, K.ACTOR_KL_LOSS: kl, K.ACTOR_LOSS: total, **actor.step()}
         for k, v in step_metrics.items():
             step_sums[k] = step_sums.get(k, 0.0) + v
     out = {k: v / max(count, 1) for k, v in sums.items()}
     out.update({k: v / len(minibatches) for k, v in step_sums.items()})
-    out["actor/optimizer_steps"] = float(len(minibatches))
+    out[K.ACTOR_OPTIMIZER_STEPS] = float(len(minibatches))
     return out

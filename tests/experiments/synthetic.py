@@ -1,4 +1,4 @@
-"""Synthetic run logs in the trainer's documented format (fastrl.training.metrics), for tests.
+"""Synthetic run logs in the trainer's documented format (keys: fastrl.training.metric_keys), for tests.
 
 Each helper writes ``<run_dir>/metrics.jsonl`` with a "val" line at step 0, one line per training
 step with every key the collectors and notebooks read, optional validation every ``val_every``
@@ -11,7 +11,8 @@ import json
 from pathlib import Path
 from typing import Sequence
 
-from fastrl.training.metrics import STAGES
+from fastrl.training import metric_keys as K
+from fastrl.training.metric_keys import STAGES
 
 
 def write_run(
@@ -34,31 +35,32 @@ def write_run(
     n = list(n or [4] * steps)
     kept_fraction = list(kept_fraction or [1.0] * steps)
     entropy = list(entropy or [1.0] * steps)
-    lines = [{"step": 0, "val/accuracy_before": acc_before, "val/reward_before": 0.5, "val/num_before": 16.0,
-              "phase": "val"}]
+    lines = [{K.STEP: 0, K.VAL_ACCURACY_BEFORE: acc_before, K.before_key(K.VAL_REWARD): 0.5,
+              K.before_key(K.VAL_NUM): 16.0, K.PHASE: K.PHASE_VAL}]
     for i in range(steps):
         responses = prompts * n[i]
         kept = round(responses * kept_fraction[i])
         row = {
-            "step": i + 1, "epoch": 0, "reward/mean": 0.5, "reward/accuracy": 0.3,
-            "rollout/n": float(n[i]), "rollout/num_prompts": float(prompts), "rollout/num_responses": float(responses),
-            "rollout/mixed_groups": 0.5, "rollout/response_length": float(tokens_per_response),
-            "prune/kept": float(kept), "prune/kept_fraction": kept / responses,
-            "tokens/generated": float(responses * tokens_per_response), "tokens/trained": float(kept * tokens_per_response),
-            "actor/pg_loss": 0.0, "actor/entropy": float(entropy[i]), "actor/kl_loss": 0.0, "actor/grad_norm": 1.0,
-            **{f"timing_s/{s}": 0.0 for s in STAGES},
+            K.STEP: i + 1, K.EPOCH: 0, K.REWARD_MEAN: 0.5, K.REWARD_ACCURACY: 0.3,
+            K.ROLLOUT_N: float(n[i]), K.ROLLOUT_NUM_PROMPTS: float(prompts), K.ROLLOUT_NUM_RESPONSES: float(responses),
+            K.ROLLOUT_MIXED_GROUPS: 0.5, K.ROLLOUT_RESPONSE_LENGTH: float(tokens_per_response),
+            K.PRUNE_KEPT: float(kept), K.PRUNE_KEPT_FRACTION: kept / responses,
+            K.TOKENS_GENERATED: float(responses * tokens_per_response), K.TOKENS_TRAINED: float(kept * tokens_per_response),
+            K.ACTOR_PG_LOSS: 0.0, K.ACTOR_ENTROPY: float(entropy[i]), K.ACTOR_KL_LOSS: 0.0, K.ACTOR_GRAD_NORM: 1.0,
+            **{K.timing_key(s): 0.0 for s in STAGES},
         }
-        row["timing_s/gen"] = step_times[i] * 0.6
-        row["timing_s/update_actor"] = step_times[i] * 0.3
-        row["timing_s/step"] = float(step_times[i])
+        row[K.timing_key("gen")] = step_times[i] * 0.6
+        row[K.timing_key("update_actor")] = step_times[i] * 0.3
+        row[K.STEP_TIME] = float(step_times[i])
         if val and (i + 1) in val and (i + 1) < steps:
-            row.update({"val/accuracy": val[i + 1], "val/reward": 0.5, "val/num": 16.0})
+            row.update({K.VAL_ACCURACY: val[i + 1], K.VAL_REWARD: 0.5, K.VAL_NUM: 16.0})
         lines.append(row)
     if finished:
-        final = {"step": steps, "val/accuracy": acc_after, "val/reward": 0.5, "val/num": 16.0, "phase": "val_final"}
+        final = {K.STEP: steps, K.VAL_ACCURACY: acc_after, K.VAL_REWARD: 0.5, K.VAL_NUM: 16.0,
+                 K.PHASE: K.PHASE_VAL_FINAL}
         for k, v in (ood or {}).items():
-            final[f"ood/{k}/accuracy"] = v
-            final[f"ood/{k}/num"] = 16.0
+            final[K.ood_accuracy_key(k)] = v
+            final[K.ood_num_key(k)] = 16.0
         lines.append(final)
     (run_dir / "metrics.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines))
     return run_dir

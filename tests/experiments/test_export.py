@@ -7,6 +7,7 @@ import json
 from experiments import export as E
 from experiments.logs import SPEC_FILE
 from experiments.spec import build_runs
+from fastrl.training import metric_keys as K
 from tests.experiments.synthetic import write_run
 
 
@@ -30,7 +31,7 @@ def test_export_writes_finished_runs_with_their_command_and_numbers(tmp_path):
     assert first["command"] == f"train {finished[0].variant}" and first["trained_at_commit"] == "abc123"
     assert first["identity"] == finished[0].identity()
     assert first["summary"]["train_time_s"] == 3.0 and first["summary"]["acc_after"] == 0.4
-    assert [s["rollout/n"] for s in first["steps"]] == [8, 6]
+    assert [s[K.ROLLOUT_N] for s in first["steps"]] == [8, 6]
     assert first["collected_at_commit"] == "unknown"  # tmp_path is not a git checkout
 
 

@@ -9,6 +9,7 @@ import pytest
 from experiments import collect as C
 from experiments.grid import Context
 from experiments.run import run_target
+from fastrl.training import metric_keys as K
 
 
 @pytest.mark.slow
@@ -19,9 +20,9 @@ def test_table8_trains_and_collects_at_smoke(tmp_path):
     setting = tmp_path / "runs" / "table8" / "smoke" / "refcoco-qwen35_9b"
     for variant in ("grpo", "fastrl"):
         lines = [json.loads(x) for x in (setting / variant / "seed1" / "metrics.jsonl").read_text().splitlines()]
-        final = next(r for r in lines if r.get("phase") == "val_final")
-        assert 0.0 <= final["val/accuracy"] <= 1.0  # mean IoU
-        assert "ood/small/accuracy" in final
+        final = next(r for r in lines if r.get(K.PHASE) == K.PHASE_VAL_FINAL)
+        assert 0.0 <= final[K.VAL_ACCURACY] <= 1.0  # mean IoU
+        assert K.ood_accuracy_key("small") in final
     cfg = (setting / "fastrl" / "seed1" / "config.yaml").read_text()
     # MDAP's advantage buckets (4-decimal rounding) are fixed in code since fbfd3c1: no adv_eps key any more
     assert "task: mini-box" in cfg and "reward: grounding_iou" in cfg and "pruner: mdap" in cfg
