@@ -23,6 +23,8 @@ JOBS ?=
 EXP_RUN = $(PY) -m experiments.run
 EXP_ARGS = --scale $(SCALE) --seeds "$(SEEDS)" --runs-root $(RUNS) $(if $(strip $(JOBS)),--jobs $(JOBS)) $(if $(strip $(OVERRIDES)),--override "$(OVERRIDES)") $(EXP_FLAGS)
 
+# ablation = table2, tau-sweep = table7 (its tau values: configs/tables/tau_sweep.yaml, which
+# `fastrl sweep configs/tables/tau_sweep.yaml` runs too).
 EXPERIMENT_TARGETS := table1 table2 table3 table4 table5 table6 table7 table8 ablation tau-sweep correlation lag figures reproduce
 
 .PHONY: $(EXPERIMENT_TARGETS) calibrate experiments-list

@@ -1,6 +1,7 @@
 """The shared shape of most targets: a grid of (setting, variant, seed) training runs whose
-summaries become one table. Each ``experiments/<target>/target.py`` names its metrics and any
-derived rows; everything else (planning, reuse, paper-scale OOD evaluation, output) is here.
+summaries become one table. A table's metrics and derived rows come from its config (the
+data-only tables, ``experiments.table_target``) or its ``experiments/<target>/target.py``;
+everything else (planning, reuse, paper-scale OOD evaluation, output) is here.
 """
 
 from __future__ import annotations

@@ -36,16 +36,20 @@ from experiments.runner import (
     print_plan, unique,
 )
 from experiments.spec import SCALES, SpecError, build_runs, load_table, parse_seeds
+from experiments.table_target import TableTarget
 
+# Target -> the module that runs it. TABLE_TARGET: a table whose behaviour is only data
+# (configs/tables/<target>.yaml; experiments.table_target); the others have code of their own.
+TABLE_TARGET = "experiments.table_target"
 TARGETS: dict[str, str] = {
-    "table1": "experiments.table1.target",
-    "table2": "experiments.table2.target",
-    "table3": "experiments.table3.target",
+    "table1": TABLE_TARGET,
+    "table2": TABLE_TARGET,
+    "table3": TABLE_TARGET,
     "table4": "experiments.table4.target",
-    "table5": "experiments.table5.target",
+    "table5": TABLE_TARGET,
     "table6": "experiments.table6.target",
-    "table7": "experiments.table7.target",
-    "table8": "experiments.table8.target",
+    "table7": TABLE_TARGET,
+    "table8": TABLE_TARGET,
     "correlation": "experiments.correlation.target",
     "lag": "experiments.lag.target",
     "figures": "experiments.figures.target",
@@ -61,10 +65,14 @@ REPRODUCE_ORDER: tuple[str, ...] = ("table6", "table1", "table2", "table3", "tab
 FROM_METADATA: tuple[str, ...] = ("table1", "table2", "table3", "table5", "table7", "table8")
 
 
-def target_module(name: str) -> ModuleType:
+def target_module(name: str) -> ModuleType | TableTarget:
+    """What runs target ``name`` (or its alias): a module, or a ``TableTarget`` for a data-only table;
+    both have ``DESCRIPTION``, ``specs(ctx)`` and ``collect(ctx)``, maybe ``post`` and ``describe``."""
     name = ALIASES.get(name, name)
     if name not in TARGETS:
         raise SpecError(f"unknown target {name!r}; valid: {sorted([*TARGETS, *ALIASES, 'reproduce'])}")
+    if TARGETS[name] == TABLE_TARGET:
+        return TableTarget(name)
     return importlib.import_module(TARGETS[name])
 
 

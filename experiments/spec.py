@@ -1,7 +1,8 @@
 """What a target runs: table configs (configs/tables/<target>.yaml) -> a list of ``RunSpec``.
 
 A table config names *slots* (the paper's datasets and models, ``configs/tables/slots.yaml``) and
-*variants* (a method config plus overrides). A run is one (setting, variant, seed) at one scale;
+*variants* (a method config plus overrides; a ``sweep`` entry stands for one variant per value, see
+``sweep_variants``). A run is one (setting, variant, seed) at one scale;
 its overrides are composed in a fixed order so that two tables naming the same slots and variant
 build the identical command, and share one run directory (``shared_with``):
 
@@ -108,6 +109,73 @@ def load_table(target: str) -> dict[str, Any]:
     return data
 
 
+# Keys of a `sweep` entry in a table's variants.
+_SWEEP_KEYS = frozenset({"file", "key", "values", "base", "name", "config", "label", "overrides"})
+
+
+def sweep_variants(entry: dict[str, Any], where: Path) -> list[dict[str, Any]]:
+    """One variant per value of a sweep entry (``variants: [..., {sweep: {...}}, ...]``)::
+
+        sweep: {file: tables/tau_sweep.yaml, name: "tau{value}", label: tau}
+        sweep: {key: algorithm.mdap.tau, values: [0.2, 0.4], base: methods/fastrl.yaml, name: "tau{value}"}
+
+    ``file``: a ``fastrl sweep`` file (``base`` + one ``key: [values]``, relative to configs/), so
+    the table and ``fastrl sweep`` read the same points; else ``key``, ``values`` and ``base``
+    inline. Each point runs ``base`` with the override ``key=value`` after ``overrides``, or, with
+    ``config`` (a file name with ``{value}``), that file with no point override. ``name`` (with
+    ``{value}``) names the variant and its run directory; ``label`` puts ``{label: value}`` in its labels.
+    """
+    unknown = set(entry) - _SWEEP_KEYS
+    if unknown:
+        raise SpecError(f"{where}: sweep entry has unknown keys {sorted(unknown)}; valid: {sorted(_SWEEP_KEYS)}")
+    if "name" not in entry or "{value}" not in str(entry["name"]):
+        raise SpecError(f"{where}: a sweep entry needs `name` with {{value}} in it (e.g. 'tau{{value}}'): {entry}")
+    if "file" in entry:
+        if {"key", "values", "base"} & set(entry):
+            raise SpecError(f"{where}: a sweep entry takes either `file` or `key`/`values`/`base`, not both")
+        sweep_file = _read_yaml(CONFIG_ROOT / entry["file"])
+        points = sweep_file.get("sweep") or {}
+        if len(points) != 1 or "base" not in sweep_file:
+            raise SpecError(f"{CONFIG_ROOT / entry['file']}: a table sweeps one key: expected `base` and `sweep` "
+                            f"with exactly one `key: [values]`, found {sweep_file}")
+        base = sweep_file["base"]
+        ((key, values),) = points.items()
+    else:
+        missing = [k for k in ("key", "values", "base") if k not in entry]
+        if missing:
+            raise SpecError(f"{where}: sweep entry lacks {missing}: {entry}")
+        key, values, base = entry["key"], entry["values"], entry["base"]
+    if not isinstance(values, list) or not values:
+        raise SpecError(f"{where}: sweep of {key}: values must be a non-empty list, got {values!r}")
+    out: list[dict[str, Any]] = []
+    for value in values:
+        variant: dict[str, Any] = {"name": str(entry["name"]).format(value=value)}
+        if "config" in entry:
+            variant["config"] = str(entry["config"]).format(value=value)
+            variant["overrides"] = list(entry.get("overrides", []))
+        else:
+            variant["config"] = base
+            variant["overrides"] = [*entry.get("overrides", []), f"{key}={value}"]
+        if "label" in entry:
+            variant["labels"] = {entry["label"]: value}
+        out.append(variant)
+    return out
+
+
+def table_variants(target: str, table: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+    """The table's variants in order, each ``sweep`` entry replaced by its points."""
+    table = table if table is not None else load_table(target)
+    out: list[dict[str, Any]] = []
+    for v in table.get("variants") or []:
+        if "sweep" not in v:
+            out.append(v)
+        elif len(v) != 1:
+            raise SpecError(f"{table_config_path(target)}: a sweep entry holds only `sweep`: {v}")
+        else:
+            out += sweep_variants(v["sweep"], table_config_path(target))
+    return out
+
+
 def default_seeds(scale: str, slots: dict[str, Any] | None = None) -> list[int]:
     slots = slots or load_slots()
     if scale not in slots["seeds"]:
@@ -176,7 +244,7 @@ def build_runs(
         raise SpecError(f"scale {scale!r}: choose one of {SCALES}")
     slots = load_slots()
     table = load_table(target)
-    variants = table.get("variants") or []
+    variants = table_variants(target, table)
     if not variants:
         raise SpecError(f"{table_config_path(target)}: no variants")
     specs: list[RunSpec] = []

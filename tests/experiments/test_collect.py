@@ -12,6 +12,7 @@ import pytest
 from experiments import collect as C
 from experiments.grid import Context
 from experiments.logs import is_finished, summarize, val_curve
+from experiments.run import target_module
 from tests.experiments.synthetic import write_run
 
 
@@ -49,7 +50,7 @@ def test_an_unfinished_run_is_not_summarized(tmp_path):
 
 
 def test_table1_rows(tmp_path):
-    from experiments.table1 import target as T
+    T = target_module("table1")
 
     ctx = ctx_for(tmp_path)
     setting = "geometry3k-vl_7b"
@@ -88,8 +89,8 @@ def test_table1_rows(tmp_path):
 
 
 def test_table2_delta_and_table3_rename(tmp_path):
-    from experiments.table2 import target as T2
-    from experiments.table3 import target as T3
+    T2 = target_module("table2")
+    T3 = target_module("table3")
 
     ctx = ctx_for(tmp_path, seeds=(1,))
     s = "geoqa8k-vl_7b"
@@ -152,7 +153,7 @@ def test_lag_speedup_to_grpo_peak(tmp_path):
 
 def test_table8_rows_from_mini_box_runs(tmp_path):
     """Table 8 at smoke: mini-box stands in for RefCOCO; mean IoU is the accuracy, no skip notice."""
-    from experiments.table8 import target as T8
+    T8 = target_module("table8")
 
     ctx = ctx_for(tmp_path, seeds=(1,))
     setting = "refcoco-qwen35_9b"
@@ -180,7 +181,7 @@ def test_mean_std():
 
 def test_table1_paired_differences_with_t_intervals(tmp_path):
     """Paired by seed against GRPO, with 95 % t-intervals computed by hand (df = 2, t = 4.302653)."""
-    from experiments.table1 import target as T
+    T = target_module("table1")
     from experiments.stats import row_verdict
 
     t2 = 4.302653
@@ -230,7 +231,7 @@ def test_table1_paired_differences_with_t_intervals(tmp_path):
 
 
 def test_table2_is_paired_against_grpo_and_fastrl(tmp_path):
-    from experiments.table2 import target as T2
+    T2 = target_module("table2")
 
     ctx = ctx_for(tmp_path, seeds=(1, 2))
     s = "geometry3k-vl_7b"

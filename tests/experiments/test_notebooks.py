@@ -11,6 +11,7 @@ import pytest
 from experiments.correlation.gradcorr import Pair, write_pairs
 from experiments.grid import Context
 from experiments.notebooks import execute_notebook, notebooks
+from experiments.run import target_module
 from tests.experiments.synthetic import write_run
 
 EXPECTED_PNGS = {
@@ -61,7 +62,7 @@ def _smoke_logs(root: Path) -> None:
 
 
 def test_notebooks_execute_on_smoke_logs(tmp_path):
-    from experiments.table1 import target as T1
+    T1 = target_module("table1")
 
     runs, figures = tmp_path / "runs", tmp_path / "figures"
     _smoke_logs(runs)

@@ -6,11 +6,11 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from experiments.run import REPRODUCE_ORDER, TARGETS, target_module
 from experiments.grid import Context
+from experiments.run import REPRODUCE_ORDER, TABLE_TARGET, TARGETS, target_module
 from experiments.runner import RunError, unique
-from experiments.spec import TABLES_DIR, SpecError, build_runs, parse_seeds
-from fastrl.config import load_config
+from experiments.spec import TABLES_DIR, SpecError, build_runs, load_table, parse_seeds, sweep_variants, table_variants
+from fastrl.config import load_config, to_dict
 
 GRID_TARGETS = ("table1", "table2", "table3", "table4", "table5", "table7", "table8", "lag", "fig3")
 
@@ -90,12 +90,69 @@ def test_paper_steps_come_from_the_prepared_data(tmp_path, monkeypatch):
         build_runs("table1", "paper", [1], tmp_path / "runs", resolve_paper_steps=True)
 
 
-def test_tau_configs_match_the_sweep_file():
-    sweep = yaml.safe_load((TABLES_DIR / "tau_sweep.yaml").read_text())["sweep"]["algorithm.mdap.tau"]
-    for tau in sweep:
-        cfg = load_config(f"tables/table7/tau_{tau}.yaml", [], scale="smoke")
-        assert cfg.algorithm.mdap.tau == tau and cfg.algorithm.pruner == "mdap"
-    assert sorted(p.stem for p in (TABLES_DIR / "table7").glob("*.yaml")) == [f"tau_{t}" for t in sweep]
+def test_table7_runs_the_points_of_the_sweep_file():
+    """One spelling of the tau sweep: `fastrl sweep` and Table 7 read configs/tables/tau_sweep.yaml;
+    each point's config file is the sweep's base with that tau and nothing else."""
+    sweep_file = yaml.safe_load((TABLES_DIR / "tau_sweep.yaml").read_text())
+    ((key, taus),) = sweep_file["sweep"].items()
+    variants = table_variants("table7")
+    assert [v["name"] for v in variants] == ["grpo", *(f"tau{t}" for t in taus)]
+    for tau, v in zip(taus, variants[1:]):
+        assert v["labels"] == {"tau": tau} and v["overrides"] == []
+        point = to_dict(load_config(v["config"], [], scale="smoke"))
+        assert point == to_dict(load_config(sweep_file["base"], [f"{key}={tau}"], scale="smoke")), v["config"]
+    assert sorted(p.stem for p in (TABLES_DIR / "table7").glob("*.yaml")) == [f"tau_{t}" for t in taus]
+
+
+def test_table7_run_identity_names_the_point_files(tmp_path):
+    """Finished Table 7 runs are reused only while their identity stays what they were trained with:
+    the point's config file, and no tau override."""
+    r = next(r for r in build_runs("table7", "mini", [3], tmp_path) if r.variant == "tau0.6" and r.dataset == "geoqa8k")
+    assert r.identity()["config"] == "tables/table7/tau_0.6.yaml" and r.labels["tau"] == 0.6
+    assert not [o for o in r.overrides if o.startswith("algorithm.mdap.")]
+    assert r.run_dir == tmp_path / "table7" / "mini" / "geoqa8k-vl_7b" / "tau0.6" / "seed3"
+
+
+def test_a_sweep_entry_is_one_variant_per_value(tmp_path):
+    where = tmp_path / "t.yaml"
+    inline = {"key": "algorithm.mdap.tau", "values": [0.5, 1.0], "base": "methods/fastrl.yaml", "name": "tau{value}",
+              "label": "tau", "overrides": ["trainer.lr=1e-6"]}
+    assert sweep_variants(inline, where) == [
+        {"name": "tau0.5", "config": "methods/fastrl.yaml", "overrides": ["trainer.lr=1e-6", "algorithm.mdap.tau=0.5"],
+         "labels": {"tau": 0.5}},
+        {"name": "tau1.0", "config": "methods/fastrl.yaml", "overrides": ["trainer.lr=1e-6", "algorithm.mdap.tau=1.0"],
+         "labels": {"tau": 1.0}},
+    ]
+    from_file = sweep_variants({"file": "tables/tau_sweep.yaml", "name": "t{value}"}, where)
+    assert [v["overrides"] for v in from_file][0] == ["algorithm.mdap.tau=0.2"] and len(from_file) == 5
+    with pytest.raises(SpecError, match="unknown keys"):
+        sweep_variants({**inline, "valuse": [1]}, where)
+    with pytest.raises(SpecError, match="name"):
+        sweep_variants({**inline, "name": "tau"}, where)
+    with pytest.raises(SpecError, match="either"):
+        sweep_variants({**inline, "file": "tables/tau_sweep.yaml"}, where)
+    with pytest.raises(SpecError, match="non-empty"):
+        sweep_variants({**inline, "values": []}, where)
+
+
+def test_data_tables_say_what_they_show():
+    """Every target run by experiments.table_target names its description and metrics; derived rows
+    are of a known kind."""
+    data_targets = [name for name, module in TARGETS.items() if module == TABLE_TARGET]
+    assert data_targets == ["table1", "table2", "table3", "table5", "table7", "table8"]
+    for name in data_targets:
+        target = target_module(name)
+        assert target.DESCRIPTION and target.METRICS, name
+    assert "max_over_models" in [d["kind"] for d in load_table("table1")["derived"]]
+
+
+def test_a_derived_row_of_unknown_kind_is_an_error(monkeypatch):
+    from experiments import table_target
+
+    table = {**load_table("table1"), "derived": [{"kind": "ratio", "name": "x", "metric": "avg_acc"}]}
+    monkeypatch.setattr(table_target, "load_table", lambda target: table)
+    with pytest.raises(SpecError, match="kind must be one of"):
+        target_module("table1").DESCRIPTION
 
 
 def test_seeds():

@@ -10,6 +10,7 @@ import pytest
 from experiments import collect as C
 from experiments import runner as R
 from experiments.grid import Context
+from experiments.run import target_module
 from experiments.spec import build_runs
 from fastrl.config import load_config
 
@@ -23,7 +24,7 @@ def test_table3_stands_in_with_a_tiny_llama(tmp_path: Path, scale: str) -> None:
 @pytest.mark.slow
 def test_table3_smoke_trains_a_tiny_llama_and_collects(tmp_path: Path) -> None:
     """GRPO and FastRL at smoke (seconds each; the SFT warm start is cached under .cache/sft)."""
-    from experiments.table3 import target as T3
+    T3 = target_module("table3")
 
     ctx = Context(scale="smoke", seeds=[1], runs_root=tmp_path / "runs", out_dir=tmp_path / "out",
                   launcher="inprocess")
