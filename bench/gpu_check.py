@@ -528,10 +528,11 @@ def section_vllm(s: Settings) -> dict[str, Any]:
         return {"status": "skipped", "reason": f"vllm does not import: {type(err).__name__}: {err}"[:400]}
     import torch
 
-    from fastrl.data.synthetic import generate_task
     from fastrl.data.templates import build_prompt_text
-    from fastrl.models.builders import TinyModelSpec, build_tiny_model_dir, load_policy
+    from fastrl.mini.builders import TinyModelSpec, build_tiny_model_dir
+    from fastrl.mini.tasks import generate_task
     from fastrl.models.forward import collate, response_logprobs
+    from fastrl.models.loaders import load_policy
     from fastrl.models.processing import PromptEncoder
     from fastrl.rollout.base import SamplingConfig
     from fastrl.rollout.vllm import VLLMRolloutEngine, logprob_check, pad_ragged

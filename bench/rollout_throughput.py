@@ -50,7 +50,7 @@ def main() -> None:
     args = ap.parse_args()
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-    from fastrl.models.builders import TinyModelSpec, build_tiny_model_dir
+    from fastrl.mini.builders import TinyModelSpec, build_tiny_model_dir
     from fastrl.policy import PolicySpec, build_engine, load_policy_kit
     from fastrl.rollout.vllm import logprob_check, pad_ragged
 

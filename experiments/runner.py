@@ -189,7 +189,7 @@ def print_plan(target: str, scale: str, specs: Sequence[RunSpec], runs_root: Pat
     print(f"== {target} at scale {scale}: {len(specs)} runs, {len(specs) - len(pending) - len(skipped)} finished "
           f"(reused), {len(pending)} to run, launcher {launcher}, {jobs} at a time")
     for s in skipped:
-        print(f"   SKIP {s.run_dir}: needs the generated task {s.requires_task!r}, which fastrl.data.synthetic "
+        print(f"   SKIP {s.run_dir}: needs the generated task {s.requires_task!r}, which fastrl.mini.tasks "
               f"does not provide")
     if not pending:
         return 0.0
@@ -218,7 +218,7 @@ def print_plan(target: str, scale: str, specs: Sequence[RunSpec], runs_root: Pat
 
 
 def task_available(task: str) -> bool:
-    from fastrl.data.synthetic import TASKS
+    from fastrl.mini.tasks import TASKS
 
     return task in TASKS
 
@@ -231,7 +231,7 @@ def default_jobs(launcher: str) -> int:
 
 
 def warm_start_key(spec: RunSpec) -> tuple[str, ...]:
-    """What decides a run's SFT warm start (fastrl.training.sft caches by it): the scale, the task
+    """What decides a run's SFT warm start (fastrl.mini.sft caches by it): the scale, the task
     and every ``model.*`` override. Runs with equal keys share one cached warm start, e.g. the
     Geometry3K and GeoQA8K stand-ins of one model size (both SFT on mini-geo's default variant)."""
     return (spec.scale, *sorted(o for o in spec.overrides if o.startswith(("model.", "data.task="))))

@@ -103,7 +103,7 @@ class TableTarget:
         missing = sorted({s.requires_task for s in specs if s.requires_task and not task_available(s.requires_task)})
         if missing:  # a slot that names a generated task this checkout lacks: say so, show the paper only
             return (f"**Not measured at scale {ctx.scale}:** it needs the generated task(s) {', '.join(missing)}, "
-                    "which fastrl.data.synthetic does not provide. Only the paper's numbers are shown.")
+                    "which fastrl.mini.tasks does not provide. Only the paper's numbers are shown.")
         note = self.table.get("stand_in_note")
         return str(note).format(scale=ctx.scale) if note and ctx.scale != "paper" else ""
 

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any, Mapping, Sequence
 import torch
 
 from fastrl.data.schema import Record
-from fastrl.models.builders import is_fastrl_tiny_dir, load_policy
+from fastrl.models.loaders import is_fastrl_tiny_dir, load_policy
 from fastrl.models.device import resolve_dtype
 from fastrl.models.inputs import PromptInput
 from fastrl.models.processing import PromptEncoder

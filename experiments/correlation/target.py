@@ -49,7 +49,7 @@ def questions(cfg: Any, k: int, seed: int) -> list[Any]:
 
         pool = [r for f in cfg.data.train_files for r in load_records(f)]
         return sample_records(pool, k, seed)
-    from fastrl.data.synthetic import generate_task
+    from fastrl.mini.tasks import generate_task
 
     return generate_task(cfg.data.task, split="train", num=k, seed=cfg.data.seed, variant=cfg.data.variant)
 

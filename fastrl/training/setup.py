@@ -35,8 +35,8 @@ def resolve_policy_path(cfg: FastRLConfig, device: torch.device | None = None) -
     trained on ``device`` (default: ``model.device`` resolved)."""
     if cfg.model.path:
         return Path(cfg.model.path) if Path(cfg.model.path).exists() else cfg.model.path  # type: ignore[return-value]
-    from fastrl.models.builders import TinyModelSpec
-    from fastrl.training.sft import warm_start
+    from fastrl.mini.builders import TinyModelSpec
+    from fastrl.mini.sft import warm_start
 
     spec = TinyModelSpec(
         kind=cfg.model.kind,
@@ -228,7 +228,7 @@ def load_datasets(cfg: FastRLConfig) -> tuple[list[Record], list[Record], dict[s
         val = [r for f in d.val_files for r in load_records(f)]
         ood = {Path(f).stem: load_records(f) for f in d.ood_variants}
         return train, val, ood
-    from fastrl.data.synthetic import generate_task
+    from fastrl.mini.tasks import generate_task
 
     train = generate_task(d.task, split="train", num=d.num_train, seed=d.seed, variant=d.variant)
     val = generate_task(d.task, split="val", num=d.num_val, seed=d.seed, variant=d.variant)

@@ -136,7 +136,7 @@ def test_encoder_without_bounds_keeps_the_processor_size_and_rejects_half_bounds
 
 
 def _mini_tokenizer():
-    from fastrl.models.tokenizer import build_mini_tokenizer
+    from fastrl.mini.tokenizer import build_mini_tokenizer
 
     tok = build_mini_tokenizer()
     assert tok.convert_tokens_to_ids(IMAGE_PAD) != tok.unk_token_id

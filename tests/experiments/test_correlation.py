@@ -59,7 +59,7 @@ def test_flattener_exact_and_sketched():
 
 def test_real_measurement_on_a_tiny_policy(tmp_path):
     """Sample, score, back-propagate and correlate with an untrained tiny Qwen2 (mini-math, smoke)."""
-    from fastrl.models.builders import TinyModelSpec, build_tiny_model_dir
+    from fastrl.mini.builders import TinyModelSpec, build_tiny_model_dir
     from fastrl.algorithms.similarity import jaccard_distance_matrix
 
     from experiments.correlation import target as T

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from fastrl.cli import main
-from fastrl.models.builders import TinyModelSpec, build_tiny_model_dir
+from fastrl.mini.builders import TinyModelSpec, build_tiny_model_dir
 
 REPO = Path(__file__).resolve().parents[2]
 SHARED = REPO.parent / "shared" / "data"

@@ -11,7 +11,7 @@ import torch
 
 from fastrl.config import ConfigError, load_config
 from fastrl.models import device as D
-from fastrl.models.builders import TinyModelSpec, build_tiny_model_dir
+from fastrl.mini.builders import TinyModelSpec, build_tiny_model_dir
 
 META = torch.device("meta")
 
@@ -87,7 +87,7 @@ def test_build_policy_puts_actor_and_reference_on_the_resolved_device(monkeypatc
 
 
 def test_warm_start_trains_on_the_requested_device(monkeypatch, tmp_path):
-    from fastrl.training import sft
+    from fastrl.mini import sft
 
     class Seen(Exception):
         pass
@@ -105,7 +105,7 @@ def test_warm_start_trains_on_the_requested_device(monkeypatch, tmp_path):
 
 
 def test_sft_cache_key_separates_gpu_runs():
-    from fastrl.training.sft import cache_key, sft_inputs
+    from fastrl.mini.sft import cache_key, sft_inputs
 
     spec = TinyModelSpec(kind="qwen2", num_layers=1, intermediate_size=128)
     common = dict(seed=0, steps=1, lr=1e-3, batch_size=4, num_train=8, template="fastrl_math", warmup_frac=0.05,

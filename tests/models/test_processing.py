@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from fastrl.data.synthetic import generate_task
-from fastrl.models.builders import load_policy
+from fastrl.mini.tasks import generate_task
+from fastrl.models.loaders import load_policy
 from fastrl.models.processing import PromptEncoder
 
 

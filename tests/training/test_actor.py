@@ -245,7 +245,8 @@ def test_init_distributed_env_errors(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_vl_policy_export_and_reference_from_path(tmp_path: Path) -> None:
     """Qwen2.5-VL is not an AutoModelForCausalLM: export_hf and build_reference(path) must still
     round-trip it (the paper's main policies are VL models)."""
-    from fastrl.models.builders import TinyModelSpec, build_tiny_model_dir, load_policy
+    from fastrl.mini.builders import TinyModelSpec, build_tiny_model_dir
+    from fastrl.models.loaders import load_policy
 
     spec = TinyModelSpec(kind="qwen2_5_vl", hidden_size=64, num_heads=2, head_dim=32, intermediate_size=128)
     src = build_tiny_model_dir(spec, tmp_path / "src", seed=0)

@@ -11,7 +11,7 @@ import sys
 import torch
 
 from fastrl.config import load_config
-from fastrl.data.synthetic import generate_task
+from fastrl.mini.tasks import generate_task
 from fastrl.training import distributed as dist
 from fastrl.training.batch import RolloutBatch
 from fastrl.training.metrics import StageTimer

@@ -11,7 +11,8 @@ import numpy as np
 import pytest
 
 from fastrl.data.schema import IMAGE_PLACEHOLDER
-from fastrl.data.synthetic import (
+from fastrl.data.templates import build_prompt_text
+from fastrl.mini.tasks import (
     BOX_COLOURS,
     BOX_IMAGE_SIZE,
     BOX_SIZES,
@@ -22,8 +23,7 @@ from fastrl.data.synthetic import (
     generate_task,
     render_boxes,
 )
-from fastrl.data.templates import build_prompt_text
-from fastrl.models.tokenizer import build_mini_tokenizer
+from fastrl.mini.tokenizer import build_mini_tokenizer
 from fastrl.rewards import score_batch
 from fastrl.rewards.grounding import parse_box
 

@@ -19,8 +19,8 @@ from pathlib import Path
 from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers
 from transformers import PreTrainedTokenizerFast
 
-from fastrl.data.synthetic import BOXED_CLOSE, BOXED_OPEN, MAX_NUMBER, TASK_WORDS, THINK_CLOSE, THINK_OPEN
 from fastrl.data.templates import FASTRL_INSTRUCTION
+from fastrl.mini.tasks import BOXED_CLOSE, BOXED_OPEN, MAX_NUMBER, TASK_WORDS, THINK_CLOSE, THINK_OPEN
 
 PAD_TOKEN = "<|endoftext|>"
 EOS_TOKEN = "<|im_end|>"

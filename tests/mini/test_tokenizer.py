@@ -6,9 +6,9 @@ import pytest
 from mathruler.grader import extract_boxed_content, grade_answer
 from transformers import AutoTokenizer
 
-from fastrl.data.synthetic import MAX_NUMBER, VARIANTS, generate_task
 from fastrl.data.templates import build_prompt_text
-from fastrl.models.tokenizer import build_mini_tokenizer, mini_vocabulary
+from fastrl.mini.tasks import MAX_NUMBER, VARIANTS, generate_task
+from fastrl.mini.tokenizer import build_mini_tokenizer, mini_vocabulary
 from fastrl.rewards.math import compute_score_unguarded
 
 

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from fastrl.training import sft
-from fastrl.models.builders import load_policy
-from fastrl.training.sft import EvalSettings, jaccard_distance, warm_start
+from fastrl.mini import sft
+from fastrl.mini.sft import EvalSettings, jaccard_distance, warm_start
+from fastrl.models.loaders import load_policy
 
 from .conftest import TEXT_SPEC, VL_SPEC
 

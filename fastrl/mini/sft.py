@@ -6,12 +6,13 @@ that validation accuracy lands between the extremes; RL then has something to le
 
 Cached: the output directory is named by a hash of every input that changes the weights (task,
 spec, seed, steps, lr, batch size, number of training problems, prompt template text, tokenizer
-vocabulary, this module's SFT_VERSION). A directory with a complete manifest is returned as is;
+vocabulary, this module's SFT_VERSION) and of nothing else: no module path or source hash, so
+moving the code keeps every cached warm start. A directory with a complete manifest is returned as is;
 training writes to a temporary directory renamed into place at the end, so a killed run never
 leaves a half-written cache entry.
 
 Every SFT example uses a worked solution drawn at random among the problem's routes (see
-``fastrl.data.synthetic``), so the policy samples several routes at T=1 and responses to one
+``fastrl.mini.tasks``), so the policy samples several routes at T=1 and responses to one
 question differ in their token sets.
 """
 
@@ -35,13 +36,13 @@ import numpy as np
 import torch
 
 from fastrl.data.schema import Record
-from fastrl.data.synthetic import generate_task
 from fastrl.data.templates import TEMPLATE_REWARD, build_prompt_text
-from fastrl.models.builders import TinyModelSpec, build_tiny_model_dir
+from fastrl.mini.builders import TinyModelSpec, build_tiny_model_dir
+from fastrl.mini.tasks import generate_task
+from fastrl.mini.tokenizer import mini_vocabulary
 from fastrl.models.device import module_device
 from fastrl.models.forward import collate, response_logprobs
 from fastrl.models.inputs import PromptInput
-from fastrl.models.tokenizer import mini_vocabulary
 from fastrl.policy import PolicyKit, PolicySpec, load_policy_kit
 from fastrl.rollout.base import SamplingConfig
 
@@ -308,8 +309,9 @@ def warm_start(
     once, as RL on real LLMs removes SFT's slips. Without it, the tiny policy's errors are
     per-problem arithmetic gaps, and GRPO on thousands of prompts was measured not to move them.
 
-    The directory (``out_root / f"{task}-{kind}-{hash}"``) loads with ``load_policy`` and vLLM
-    and holds ``sft_manifest.json``: the inputs, the wall time, the loss curve summary and the
+    The directory (``out_root / f"{task}-{kind}-{hash}"``) loads with
+    ``fastrl.models.loaders.load_policy`` and vLLM and holds ``sft_manifest.json``: the inputs, the
+    wall time, the loss curve summary and the
     validation metrics of ``evaluate_policy`` (greedy and T=1 accuracy, mixed-group fraction,
     Jaccard distances inside same-reward groups). ``eval_settings.num_prompts = 0`` skips the
     evaluation. ``num_threads`` sets torch's intra-op threads for the run (then restores them;

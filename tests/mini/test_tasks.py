@@ -1,4 +1,4 @@
-"""fastrl.data.synthetic: deterministic, split-disjoint generated tasks with worked solutions."""
+"""fastrl.mini.tasks: deterministic, split-disjoint generated tasks with worked solutions."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from fastrl.data.schema import IMAGE_PLACEHOLDER
-from fastrl.data.synthetic import (
+from fastrl.mini.tasks import (
     GEO_CELL,
     GEO_COLOURS,
     GEO_GRID,
