@@ -196,8 +196,8 @@ def run_metrics(s: RunSummary) -> dict[str, float]:
     return m
 
 
-def _measured(target: str, cell: Cell, metric: str, values: dict[int, float], note: str = "",
-              missing: str = "not finished") -> Row:
+def measured_row(target: str, cell: Cell, metric: str, values: dict[int, float], note: str = "",
+               missing: str = "not finished") -> Row:
     """A measured row: mean ± std of ``values`` over seeds; seeds of the cell without a value are
     named in the note with ``missing`` as the reason."""
     seeds = sorted(values)
@@ -251,13 +251,13 @@ def grid_rows(
         metrics = sorted({k for m in per_seed.values() for k in m})
         for metric in metrics:
             vals = {seed: m[metric] for seed, m in per_seed.items() if metric in m}
-            rows.append(_measured(target, cell, rename.get(metric, metric), vals))
+            rows.append(measured_row(target, cell, rename.get(metric, metric), vals))
         if baseline is not None and (ds, md, baseline) in cells:
             base = cells[(ds, md, baseline)].summaries
             common = sorted(set(base) & set(cell.summaries))
             if common:
                 ratios = {k: base[k].train_time_s / cell.summaries[k].train_time_s for k in common}
-                rows.append(_measured(target, cell, f"speedup_vs_{baseline}", ratios,
+                rows.append(measured_row(target, cell, f"speedup_vs_{baseline}", ratios,
                                       note=f"{baseline} time / this time, paired by seed"))
         for ref in refs:
             if ref == variant or (ds, md, ref) not in cells or not cells[(ds, md, ref)].summaries:
@@ -270,7 +270,7 @@ def grid_rows(
 def _interval_row(target: str, cell: Cell, metric: str, values: dict[int, float], note: str) -> Row:
     """A paired row: mean of the per-seed values with its 95 % t-interval (NA when n < 2)."""
     iv = t_interval([values[k] for k in sorted(values)])
-    row = _measured(target, cell, metric, values, note=note, missing="not paired (this run or the reference's did not finish)")
+    row = measured_row(target, cell, metric, values, note=note, missing="not paired (this run or the reference's did not finish)")
     row.value, row.std = iv.mean, iv.std
     row.ci95_low, row.ci95_high = (iv.low, iv.high) if iv.defined else (NA, NA)
     return row

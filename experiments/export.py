@@ -19,7 +19,7 @@ from typing import Any, Sequence
 
 from experiments.logs import RunSummary, is_finished, read_metrics, read_spec, summarize, train_rows
 from experiments.spec import RunSpec, SpecError
-from fastrl.training import metric_keys as K
+from fastrl import metric_keys as K
 
 METADATA_DIR = "run_metadata"  # not "runs/": .gitignore
 

@@ -1,4 +1,4 @@
-"""Reading run logs: ``<run_dir>/metrics.jsonl`` (keys: fastrl.training.metric_keys) and eval outputs.
+"""Reading run logs: ``<run_dir>/metrics.jsonl`` (keys: fastrl.metric_keys) and eval outputs.
 
 A run is *finished* when its log ends with the ``"phase": "val_final"`` line the trainer writes
 after training (final validation and out-of-domain accuracy). Everything here is pure reading,
@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from fastrl.training import metric_keys as K
+from fastrl import metric_keys as K
 from fastrl.training.metrics import read_metrics
 
 SPEC_FILE = "run_spec.json"  # written by experiments.runner next to metrics.jsonl

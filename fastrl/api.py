@@ -71,8 +71,7 @@ def sweep(sweep_file: str | Path, overrides: Sequence[str] = (), scale: str | No
     ``<base run_dir>/sweep/<point>``; returns ``[{"point": [...], **train summary}, ...]``."""
     import yaml
 
-    # TODO(config owner): fastrl.config should make this public as resolve_config_path.
-    from fastrl.config import _resolve_path as resolve_config_path
+    from fastrl.config import resolve_config_path
 
     path = resolve_config_path(sweep_file)
     spec = yaml.safe_load(path.read_text()) or {}
@@ -118,7 +117,7 @@ def check_model(model: str, *, name: str = "model") -> None:
 def parse_benchmark(spec: str) -> tuple[str, list[Record]]:
     """``name=path.parquet|jsonl`` (canonical records) or ``task[:variant]`` for a generated task."""
     from fastrl.data.loaders import load_records
-    from fastrl.data.synthetic import generate_task
+    from fastrl.mini.tasks import generate_task
 
     if "=" in spec:
         name, path = spec.split("=", 1)

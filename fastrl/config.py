@@ -54,12 +54,12 @@ class ModelConfig:
     sft_steps: int = 600
     sft_lr: float = 3e-3
     sft_batch_size: int = 32
-    # Fraction of SFT examples whose boxed answer is wrong (reasoning intact): see models/sft.py.
+    # Fraction of SFT examples whose boxed answer is wrong (reasoning intact): see fastrl/mini/sft.py.
     sft_answer_noise: float = 0.0
     gradient_checkpointing: bool = False
 
     def __post_init__(self) -> None:
-        # Mirrors fastrl.models.builders.KINDS (not imported: config stays free of torch/transformers).
+        # Mirrors fastrl.mini.builders.KINDS (not imported: config stays free of torch/transformers).
         _check_choice("model.kind", self.kind, ("qwen2", "llama", "qwen2_5_vl"))
         _check_choice("model.dtype", self.dtype, ("float32", "bfloat16"))
         _check_choice("model.device", self.device, ("auto", "cpu", "cuda"))  # = models.device.DEVICE_CHOICES
@@ -391,7 +391,7 @@ def _first_bad_key(data: Any, cls: type = FastRLConfig, prefix: str = "") -> str
     return None
 
 
-def _resolve_path(path: str | Path, relative_to: Path | None = None) -> Path:
+def resolve_config_path(path: str | Path, relative_to: Path | None = None) -> Path:
     p = Path(path)
     candidates = [p] if p.is_absolute() else [
         *( [relative_to / p] if relative_to else [] ), Path.cwd() / p, CONFIG_ROOT / p,
@@ -415,7 +415,7 @@ def _load_yaml_tree(path: Path, seen: tuple[Path, ...] = ()) -> list[tuple[Path,
     defaults = data.pop("defaults", []) or []
     out: list[tuple[Path, dict[str, Any]]] = []
     for d in defaults:
-        out.extend(_load_yaml_tree(_resolve_path(d, path.parent), seen + (path,)))
+        out.extend(_load_yaml_tree(resolve_config_path(d, path.parent), seen + (path,)))
     out.append((path, data))
     return out
 
@@ -446,7 +446,7 @@ def load_config(
     base = CONFIG_ROOT / "base" / "default.yaml"
     if base.is_file():
         files.extend(_load_yaml_tree(base))
-    user_files = _load_yaml_tree(_resolve_path(config)) if config else []
+    user_files = _load_yaml_tree(resolve_config_path(config)) if config else []
     # The scale comes from a `scale=` override, else the CLI flag, else the user's files, else mini.
     file_scales = [d["scale"] for _, d in user_files if isinstance(d.get("scale"), str)]
     override_scales = [ov.split("=", 1)[1] for ov in overrides if ov.startswith("scale=")]

@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 from typing import Any, Sequence
 
+from fastrl import metric_keys as K
 from fastrl.training.metrics import STAGES, read_metrics
 
 DEMO_METHODS = ("grpo", "fastrl")
@@ -20,28 +21,28 @@ DEMO_VAL_EVERY = 20  # validation points for the accuracy-vs-wall-clock comparis
 
 def summarize_run(run_dir: Path, fit_summary: dict[str, Any]) -> dict[str, Any]:
     """Totals over a run's metrics.jsonl (train steps only) plus the fit() summary."""
-    rows = [r for r in read_metrics(run_dir) if "timing_s/step" in r]
+    rows = [r for r in read_metrics(run_dir) if K.STEP_TIME in r]
     total = lambda key: float(sum(r.get(key, 0.0) for r in rows))  # noqa: E731
     # Validation accuracy against cumulative train-step wall-clock (validation time excluded).
     curve, wall = [(0, 0.0, fit_summary.get("acc_before"))], 0.0
     for r in rows:
-        wall += r["timing_s/step"]
-        if "val/accuracy" in r:
-            curve.append((r["step"], wall, r["val/accuracy"]))
+        wall += r[K.STEP_TIME]
+        if K.VAL_ACCURACY in r:
+            curve.append((r[K.STEP], wall, r[K.VAL_ACCURACY]))
     if curve[-1][0] != len(rows):
         curve.append((len(rows), wall, fit_summary.get("acc_after")))
     return {
         "steps": len(rows),
-        "wall_s": total("timing_s/step"),
-        "cpu_s": total("cpu_s/step"),
+        "wall_s": total(K.STEP_TIME),
+        "cpu_s": total(K.STEP_CPU),
         "train_wall_s": fit_summary.get("train_wall_s"),
         "acc_before": fit_summary.get("acc_before"),
         "acc_after": fit_summary.get("acc_after"),
-        "tokens_generated": total("tokens/generated"),
-        "tokens_trained": total("tokens/trained"),
-        "kept_fraction": total("prune/kept") / max(total("rollout/num_responses"), 1.0),
-        "n_per_step": [int(r.get("rollout/n", 0)) for r in rows],
-        "timing_s": {s: total(f"timing_s/{s}") for s in STAGES},
+        "tokens_generated": total(K.TOKENS_GENERATED),
+        "tokens_trained": total(K.TOKENS_TRAINED),
+        "kept_fraction": total(K.PRUNE_KEPT) / max(total(K.ROLLOUT_NUM_RESPONSES), 1.0),
+        "n_per_step": [int(r.get(K.ROLLOUT_N, 0)) for r in rows],
+        "timing_s": {s: total(K.timing_key(s)) for s in STAGES},
         "val_curve": [{"step": st, "wall_s": w, "accuracy": a} for st, w, a in curve],
         "run_dir": str(run_dir),
     }

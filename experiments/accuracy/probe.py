@@ -24,7 +24,7 @@ from typing import Any, Sequence
 import yaml
 
 from experiments.stats import t_interval
-from fastrl.training import metric_keys as K
+from fastrl import metric_keys as K
 
 ARMS_FILE = Path(__file__).with_name("arms.yaml")
 DEFAULT_ROOT = Path("runs/accuracy_probe")

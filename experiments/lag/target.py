@@ -16,7 +16,7 @@ from experiments import collect as C
 from experiments.grid import Context, paired_order, specs_for
 from experiments.logs import cumulative_wall, read_metrics, series, val_curve
 from experiments.spec import RunSpec, load_table
-from fastrl.training import metric_keys as K
+from fastrl import metric_keys as K
 
 TARGET = "lag"
 DESCRIPTION = "policy lag: 4 and 16 updates per step (Figs. 6-7)"
@@ -75,7 +75,7 @@ def collect(ctx: Context) -> list[Path]:
             continue
         per_seed = per_cell[(ds, md, variant)]
         for metric in sorted({k for m in per_seed.values() for k in m}):
-            measured.append(C._measured(TARGET, cell, metric, {k: m[metric] for k, m in per_seed.items() if metric in m}))
+            measured.append(C.measured_row(TARGET, cell, metric, {k: m[metric] for k, m in per_seed.items() if metric in m}))
         base_name = baseline_of(variant)
         base = cells.get((ds, md, base_name)) if base_name else None
         if base is None:
@@ -83,7 +83,7 @@ def collect(ctx: Context) -> list[Path]:
         common = sorted(set(base.summaries) & set(cell.summaries))
         speed = {k: base.summaries[k].train_time_s / cell.summaries[k].train_time_s for k in common}
         if speed:
-            measured.append(C._measured(TARGET, cell, "speedup_vs_grpo", speed, note=f"{base_name} time / this time"))
+            measured.append(C.measured_row(TARGET, cell, "speedup_vs_grpo", speed, note=f"{base_name} time / this time"))
         to_peak: dict[int, float] = {}
         for k in common:
             b_rows = read_metrics(base.summaries[k].run_dir)
@@ -93,7 +93,7 @@ def collect(ctx: Context) -> list[Path]:
             if t_base is not None and t_self:
                 to_peak[k] = t_base / t_self
         if to_peak:
-            measured.append(C._measured(TARGET, cell, "speedup_to_grpo_peak", to_peak,
+            measured.append(C.measured_row(TARGET, cell, "speedup_to_grpo_peak", to_peak,
                                         note=f"seeds where it reached {base_name}'s peak accuracy: {sorted(to_peak)}",
                                         missing="did not reach it (or did not finish)"))
         # paired by seed against GRPO at the same lag (named "grpo" so both lags share the columns)

@@ -62,7 +62,7 @@ def uid_sort_key(uid: Hashable) -> tuple[str, str]:
     """A total order on arbitrary hashable uids that does not depend on batch position.
 
     Used only to break ties between questions, so that the same set of responses gives the same
-    result in any batch order (the data-parallel invariance of DESIGN §4). ``repr`` is stable
+    result in any batch order (docs/algorithms.md, "Data-parallel invariance"). ``repr`` is stable
     across processes for the uid types used in practice (str, int, tuples of them), unlike
     ``hash`` of a str, which Python salts per process.
     """

@@ -1,4 +1,4 @@
-"""Group-relative advantages over ragged groups keyed by uid (DESIGN §4 "Advantage").
+"""Group-relative advantages over ragged groups keyed by uid (docs/algorithms.md, "Advantage").
 
 GRPO:     A_i = (r_i - mean_g r) / (std_g r + eps), unbiased std (n - 1), eps = 1e-6.
 Dr.GRPO:  A_i = r_i - mean_g r.

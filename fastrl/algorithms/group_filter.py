@@ -19,8 +19,10 @@ from __future__ import annotations
 from typing import Any, Generic, Hashable, Mapping, Sequence, TypeVar
 
 import torch
+
 from torch import Tensor
 
+from fastrl import metric_keys as K
 from fastrl.algorithms._common import as_1d_float, check_positive_int, group_index
 
 T = TypeVar("T")
@@ -132,7 +134,7 @@ class DynamicSamplingBuffer(Generic[T]):
 
     def metrics(self) -> dict[str, float]:
         """What the trainer logs for the step: the generation tries it took."""
-        return {"rollout/tries": float(self.tries)}
+        return {K.ROLLOUT_TRIES: float(self.tries)}
 
 
 class NoGroupFilter(DynamicSamplingBuffer[T]):

@@ -1,4 +1,4 @@
-"""Policy-gradient losses, KL estimators and loss aggregation (DESIGN §4 "Policy loss").
+"""Policy-gradient losses, KL estimators and loss aggregation (docs/algorithms.md, "Policy loss").
 
 All functions take per-token tensors of shape [B, T] (B responses, T padded response length)
 with a response ``mask`` [B, T] (1 = real token, 0 = padding) and return differentiable scalars

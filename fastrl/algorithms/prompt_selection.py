@@ -1,6 +1,6 @@
 """Pre-rollout prompt selection: GRESO (selective rollout) and the keep-everything baseline.
 
-GRESO (Zheng et al. 2025, as DESIGN §4 states it). Each prompt keeps a history of its rollouts,
+GRESO (Zheng et al. 2025, as docs/algorithms.md "GRESO selection" states it). Each prompt keeps a history of its rollouts,
 one entry per rollout: all-correct (every accuracy 1), all-wrong (every accuracy 0) or mixed.
 Before rollout a prompt is kept with probability
 
@@ -23,7 +23,10 @@ import math
 from typing import Any, Hashable, Mapping, Sequence
 
 import torch
+
 from torch import Tensor
+
+from fastrl import metric_keys as K
 
 _MIXED, _EASY, _HARD = 0, 1, -1
 
@@ -188,7 +191,7 @@ class GresoSelector(AllPromptsSelector):
 
     def metrics(self) -> dict[str, float]:
         """What the trainer logs each step: the keep probabilities after the step's adaptation."""
-        return {"greso/p_easy": self.p_easy, "greso/p_hard": self.p_hard}
+        return {K.greso_key("p_easy"): self.p_easy, K.greso_key("p_hard"): self.p_hard}
 
     def state_dict(self) -> dict[str, Any]:
         return {

@@ -37,8 +37,10 @@ from fractions import Fraction
 from typing import ClassVar, Hashable, Literal, Sequence
 
 import torch
+
 from torch import Tensor
 
+from fastrl import metric_keys as K
 from fastrl.algorithms._common import as_1d_float, check_fraction, check_positive_int, group_index
 from fastrl.algorithms.similarity import TokenIds, as_packed, grouped_intersections
 
@@ -84,20 +86,20 @@ class PruneResult:
         """Scalars for metrics.jsonl: kept counts, per-question counts, a similarity histogram."""
         counts = list(self.final_counts.values())
         out = {
-            "prune/kept_before_refill": float(self.kept_before_refill),
-            "prune/refilled": float(len(self.kept) - self.kept_before_refill),
-            "prune/count_mean": sum(counts) / max(len(counts), 1),
-            "prune/count_max": float(max(counts, default=0)),
-            "prune/num_buckets": float(self.num_buckets),
-            "prune/pairs_compared": float(len(self.seed_similarities)),
+            K.PRUNE_KEPT_BEFORE_REFILL: float(self.kept_before_refill),
+            K.PRUNE_REFILLED: float(len(self.kept) - self.kept_before_refill),
+            K.PRUNE_COUNT_MEAN: sum(counts) / max(len(counts), 1),
+            K.PRUNE_COUNT_MAX: float(max(counts, default=0)),
+            K.PRUNE_NUM_BUCKETS: float(self.num_buckets),
+            K.PRUNE_PAIRS_COMPARED: float(len(self.seed_similarities)),
         }
         if self.seed_similarities:
             sims = self.seed_similarities
-            out["prune/sim_mean"] = sum(sims) / len(sims)
+            out[K.PRUNE_SIM_MEAN] = sum(sims) / len(sims)
             hist = [0] * SIMILARITY_BINS
             for s in sims:
                 hist[min(int(s * SIMILARITY_BINS), SIMILARITY_BINS - 1)] += 1
-            out.update({f"prune/sim_hist_{b:02d}": float(c) for b, c in enumerate(hist)})
+            out.update({K.prune_sim_hist_key(b): float(c) for b, c in enumerate(hist)})
         return out
 
 

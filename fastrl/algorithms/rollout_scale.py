@@ -33,6 +33,7 @@ import numbers
 from dataclasses import dataclass
 from typing import Any, Hashable, Mapping, Sequence
 
+from fastrl import metric_keys as K
 from fastrl.algorithms._common import check_positive_int
 
 KeptCounts = Mapping[Hashable, int] | Sequence[int]
@@ -162,7 +163,7 @@ class AdaptiveRolloutScaler:
         """``ars/<key>`` of the decision taken at the last ``end_step``; empty if it ended no period."""
         if not self._ended_period:
             return {}
-        return {f"ars/{k}": float(v) for k, v in self.last_decision.items()}
+        return {K.ars_key(k): float(v) for k, v in self.last_decision.items()}
 
     def observe(self, kept_counts: KeptCounts) -> None:
         raise NotImplementedError

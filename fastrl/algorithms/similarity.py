@@ -4,7 +4,7 @@ d(A, B) = 1 - |A ∩ B| / |A ∪ B| on the *sets* of response token ids (repeats
 Two empty sets are defined to be identical: d = 0 (nothing distinguishes them, so a greedy
 pruner treats the second like a duplicate). An empty and a non-empty set have d = 1.
 
-Scale target (DESIGN / paper step): 256 questions x 8 responses, lengths up to 2048, vocabulary
+Scale target (the paper's step): 256 questions x 8 responses, lengths up to 2048, vocabulary
 151,936 — well under 100 ms on one CPU core. How: all responses are packed into one flat id
 tensor; every token occurrence becomes one int64 key (question, token, response slot); one
 vectorised sort (numpy's SIMD sort) plus linear passes turn the keys into, per question and

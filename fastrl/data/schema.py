@@ -1,4 +1,4 @@
-"""The canonical record every dataset is turned into (DESIGN.md §6).
+"""The canonical record every dataset is turned into (docs/architecture.md, "Data record").
 
 ``{"uid", "problem", "images": [..], "answer", "choices"?, "source", "meta"}`` with exactly one
 ``<image>`` placeholder in ``problem`` per image.

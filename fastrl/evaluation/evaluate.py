@@ -15,6 +15,7 @@ import dataclasses
 import time
 from typing import Any, Callable, Mapping, Sequence
 
+from fastrl import metric_keys as K
 from fastrl.data.schema import Record
 from fastrl.evaluation.metrics import average_over_benchmarks, benchmark_metrics
 from fastrl.rewards import get_reward_fn, score_batch
@@ -96,8 +97,8 @@ def evaluate(
         m = benchmark_metrics(correct, k)
         m["mean_reward"] = sum(s["overall"] for s in scores) / len(scores)
         m["format_rate"] = sum(s["format"] for s in scores) / len(scores)
-        m["reward/failures"] = stats["reward/failures"]
-        m["reward/timeouts"] = stats["reward/timeouts"]
+        m[K.REWARD_FAILURES] = stats[K.REWARD_FAILURES]
+        m[K.REWARD_TIMEOUTS] = stats[K.REWARD_TIMEOUTS]
         m["gen_s"] = gen_s
         per_bench[bench] = m
         rows = []

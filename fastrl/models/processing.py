@@ -1,7 +1,7 @@
 """Prompt encoding: chat template, ``<image>`` expansion, token ids -> ``PromptInput``.
 
 One code path for every scale. The problem text holds one ``<image>`` placeholder per image
-(the canonical record, DESIGN.md §6). The text is wrapped by the tokenizer's chat template (the
+(the canonical record, docs/architecture.md "Data record"). The text is wrapped by the tokenizer's chat template (the
 mini tokenizer ships a Qwen-style one), then each placeholder becomes
 ``<|vision_start|>`` + ``<|image_pad|>`` x k + ``<|vision_end|>`` with
 k = prod(image_grid_thw[i]) / merge_size**2 from the image processor, exactly what

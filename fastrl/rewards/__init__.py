@@ -17,6 +17,7 @@ import logging
 import threading
 from typing import Any, Callable, Mapping, Sequence
 
+from fastrl import metric_keys as K
 from fastrl.rewards.geoqa import geoqa_compute_score_unguarded
 from fastrl.rewards.grounding import grounding_compute_score_unguarded
 from fastrl.rewards.math import compute_score_unguarded, easyr1_compute_score_unguarded
@@ -48,7 +49,7 @@ REWARD_KEYS: dict[str, tuple[str, ...]] = {
 RECORD_FIELDS = ("choices", "meta", "source", "uid")
 
 _counts_lock = threading.Lock()
-_FAILURE_COUNTS = {"reward/failures": 0, "reward/timeouts": 0}
+_FAILURE_COUNTS = {K.REWARD_FAILURES: 0, K.REWARD_TIMEOUTS: 0}
 
 
 def get_reward_fn(name: str) -> RewardFn:
@@ -89,9 +90,9 @@ def guarded_call(
     scores, failure = _call(name, response, ground_truth, record_fields, timeout_s, mode)
     if failure is not None:
         with _counts_lock:
-            _FAILURE_COUNTS["reward/failures"] += 1
+            _FAILURE_COUNTS[K.REWARD_FAILURES] += 1
             if failure == "timeout":
-                _FAILURE_COUNTS["reward/timeouts"] += 1
+                _FAILURE_COUNTS[K.REWARD_TIMEOUTS] += 1
     return scores
 
 
@@ -123,7 +124,7 @@ def score_batch(
         failures += failure is not None
         timeouts += failure == "timeout"
         scores.append(s)
-    return scores, {"reward/failures": float(failures), "reward/timeouts": float(timeouts), "reward/n": float(len(scores))}
+    return scores, {K.REWARD_FAILURES: float(failures), K.REWARD_TIMEOUTS: float(timeouts), K.REWARD_N: float(len(scores))}
 
 
 __all__ = [

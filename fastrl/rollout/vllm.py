@@ -44,6 +44,7 @@ from typing import Any, Literal
 
 import torch
 
+from fastrl import metric_keys as K
 from fastrl.rollout.base import PromptInput, Response, SamplingConfig
 
 SyncMethod = Literal["auto", "load_weights", "vllm_reload", "cpu_repack"]
@@ -109,11 +110,11 @@ def logprob_check(
             raise ValueError(f"logprob_check: {bad} non-finite {label} log-probs under the mask")
     diff = (eng - trn).abs()
     stats = {
-        "rollout/logprob_diff_max": float(diff.max()),
-        "rollout/logprob_diff_mean": float(diff.mean()),
+        K.ROLLOUT_LOGPROB_DIFF_MAX: float(diff.max()),
+        K.ROLLOUT_LOGPROB_DIFF_MEAN: float(diff.mean()),
     }
-    if stats["rollout/logprob_diff_max"] > tol or (
-        mean_tol is not None and stats["rollout/logprob_diff_mean"] > mean_tol
+    if stats[K.ROLLOUT_LOGPROB_DIFF_MAX] > tol or (
+        mean_tol is not None and stats[K.ROLLOUT_LOGPROB_DIFF_MEAN] > mean_tol
     ):
         worst = int(diff.argmax())
         raise RuntimeError(
@@ -570,9 +571,9 @@ class VLLMRolloutEngine:
         # KV blocks cached for earlier prompts were computed with the old weights.
         self._llm.reset_prefix_cache()
         self.last_sync = {
-            "rollout/sync_seconds": time.perf_counter() - t0,
-            "rollout/sync_tensors": float(stream.count),
-            "rollout/sync_rebuilt_handles": float(rebuilt),
+            K.ROLLOUT_SYNC_SECONDS: time.perf_counter() - t0,
+            K.ROLLOUT_SYNC_TENSORS: float(stream.count),
+            K.ROLLOUT_SYNC_REBUILT_HANDLES: float(rebuilt),
         }
 
     def rebuild_cpu_gemm_handles(self) -> int:

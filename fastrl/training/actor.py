@@ -44,8 +44,10 @@ from pathlib import Path
 from typing import Any, Callable, Iterator
 
 import torch
+
 from torch.optim.lr_scheduler import LambdaLR
 
+from fastrl import metric_keys as K
 from fastrl.training import distributed as D
 
 _META_FILE = "actor_meta.json"
@@ -325,7 +327,7 @@ class Actor:
             raise ValueError(f"Actor.step: gradient norm is {grad_norm} at step {self._steps}")
         self._backward_calls = 0
         self._steps += 1
-        return {"actor/grad_norm": grad_norm, "actor/lr": lr}
+        return {K.ACTOR_GRAD_NORM: grad_norm, K.ACTOR_LR: lr}
 
     # ---------------------------------------------------------------- weights out
     def named_parameters_for_sync(self) -> Iterator[tuple[str, torch.Tensor]]:

@@ -9,8 +9,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterator
 
-from fastrl.training import metric_keys as K
-from fastrl.training.metric_keys import STAGES as STAGES  # re-exported: log readers import it from here
+from fastrl import metric_keys as K
+from fastrl.metric_keys import STAGES as STAGES  # re-exported: log readers import it from here
 
 
 class StageTimer:

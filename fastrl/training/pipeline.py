@@ -1,4 +1,4 @@
-"""The one trainer: DESIGN.md §3's step pipeline, composed from registered components.
+"""The one trainer: the step pipeline of docs/architecture.md, composed from registered components.
 
 Every method (GRPO, DAPO, GSPO, CPPO, GRESO, FastRL and its variants) is this class with a
 different choice of prompt selector, group filter, pruner, rollout scaler and policy loss.
@@ -22,6 +22,7 @@ from typing import Any, Sequence
 import numpy as np
 import torch
 
+from fastrl import metric_keys as K
 from fastrl.algorithms.pruning import PruneResult
 from fastrl.config import FastRLConfig, save_config, to_dict
 from fastrl.data.schema import Record
@@ -170,8 +171,8 @@ class Trainer:
             groups = batch.group_indices()
             buffer.add(batch.accuracies, batch.uids, payloads={u: batch.select(i) for u, i in groups.items()})
         batch = RolloutBatch.concat([part for _, part in buffer.take()])
-        return batch, {**buffer.metrics(), "rollout/prompts_seen": float(prompts_seen),
-                       "rollout/prompts_drawn": float(prompts_drawn)}
+        return batch, {**buffer.metrics(), K.ROLLOUT_PROMPTS_SEEN: float(prompts_seen),
+                       K.ROLLOUT_PROMPTS_DRAWN: float(prompts_drawn)}
 
     def compute_advantages(self, batch: RolloutBatch) -> None:
         batch.advantages = self.components.advantage(batch.rewards, batch.uids)
@@ -222,7 +223,7 @@ class Trainer:
             **scaler_metrics,
             **self._reward_stats,
             **timer.metrics(),
-            "epoch": self.state.epoch,
+            K.EPOCH: self.state.epoch,
         }
 
     def learn(self, batch: RolloutBatch, timer: StageTimer) -> tuple[RolloutBatch, dict[str, float]]:
@@ -307,17 +308,17 @@ class Trainer:
         groups = batch.group_indices()
         mixed = sum(1 for idx in groups.values() if 0 < float(batch.accuracies[idx].sum()) < len(idx))
         return {
-            "reward/mean": float(batch.rewards.mean()),
-            "reward/accuracy": float(batch.accuracies.mean()),
-            "rollout/n": float(n_used),
-            "rollout/num_prompts": float(len(groups)),
-            "rollout/num_responses": float(len(batch)),
-            "rollout/mixed_groups": mixed / max(len(groups), 1),
-            "rollout/response_length": batch.num_response_tokens() / max(len(batch), 1),
-            "prune/kept": float(len(kept)),
-            "prune/kept_fraction": len(kept) / max(len(batch), 1),
-            "tokens/generated": float(batch.num_response_tokens()),
-            "tokens/trained": float(kept.num_response_tokens()),
+            K.REWARD_MEAN: float(batch.rewards.mean()),
+            K.REWARD_ACCURACY: float(batch.accuracies.mean()),
+            K.ROLLOUT_N: float(n_used),
+            K.ROLLOUT_NUM_PROMPTS: float(len(groups)),
+            K.ROLLOUT_NUM_RESPONSES: float(len(batch)),
+            K.ROLLOUT_MIXED_GROUPS: mixed / max(len(groups), 1),
+            K.ROLLOUT_RESPONSE_LENGTH: batch.num_response_tokens() / max(len(batch), 1),
+            K.PRUNE_KEPT: float(len(kept)),
+            K.PRUNE_KEPT_FRACTION: len(kept) / max(len(batch), 1),
+            K.TOKENS_GENERATED: float(batch.num_response_tokens()),
+            K.TOKENS_TRAINED: float(kept.num_response_tokens()),
         }
 
     # ------------------------------------------------------------------ validation
@@ -343,8 +344,8 @@ class Trainer:
         n1 = [a for a, _, is_first in allv if is_first]
         acc = sum(a for a, _, _ in allv) / max(len(allv), 1)
         rew = sum(o for _, o, _ in allv) / max(len(allv), 1)
-        return {"val/accuracy": acc, "val/accuracy_n1": sum(n1) / max(len(n1), 1), "val/reward": rew,
-                "val/num": float(len(n1)), "val/samples_per_problem": float(k)}
+        return {K.VAL_ACCURACY: acc, K.VAL_ACCURACY_N1: sum(n1) / max(len(n1), 1), K.VAL_REWARD: rew,
+                K.VAL_NUM: float(len(n1)), K.VAL_SAMPLES_PER_PROBLEM: float(k)}
 
     # ------------------------------------------------------------------ checkpoints
     def state_dict(self) -> dict[str, Any]:
@@ -389,9 +390,9 @@ class Trainer:
             # a fresh start owns the log: lines of an earlier, killed attempt would be summed twice
             self.logger.truncate_after(-1)
             before = self.validate()
-            self.logger.log(0, {f"{k}_before": v for k, v in before.items()} | {"phase": "val"})
-            summary["acc_before"] = before["val/accuracy"]
-            summary["acc_before_n1"] = before["val/accuracy_n1"]
+            self.logger.log(0, {K.before_key(k): v for k, v in before.items()} | {K.PHASE: K.PHASE_VAL})
+            summary["acc_before"] = before[K.VAL_ACCURACY]
+            summary["acc_before_n1"] = before[K.VAL_ACCURACY_N1]
         bar = _progress(cfg.total_steps, self.state.step, enabled=cfg.progress and dist.is_main(),
                         desc=f"{self.cfg.method}")
         while self.state.step < cfg.total_steps:
@@ -410,11 +411,11 @@ class Trainer:
         after = self.validate()
         for name, records in self.ood_records.items():
             ood = self.validate(records)
-            after.update({f"ood/{name}/accuracy": ood["val/accuracy"], f"ood/{name}/num": ood["val/num"]})
-        self.logger.log(self.state.step, {**after, "phase": "val_final"})
-        summary.update({"acc_after": after["val/accuracy"], "acc_after_n1": after["val/accuracy_n1"],
+            after.update({K.ood_accuracy_key(name): ood[K.VAL_ACCURACY], K.ood_num_key(name): ood[K.VAL_NUM]})
+        self.logger.log(self.state.step, {**after, K.PHASE: K.PHASE_VAL_FINAL})
+        summary.update({"acc_after": after[K.VAL_ACCURACY], "acc_after_n1": after[K.VAL_ACCURACY_N1],
                         "train_wall_s": train_wall_s, "steps": self.state.step,
-                        **{k: v for k, v in after.items() if k.startswith("ood/")}})
+                        **{k: v for k, v in after.items() if k.startswith(K.OOD_PREFIX)}})
         if cfg.save_every:
             self.save()
         summary["final_model"] = str(self.policy.export(self.run_dir / "final"))
@@ -436,7 +437,7 @@ def rollout_probs_diff(batch: RolloutBatch, trainer_logprobs: dict[int, torch.Te
     if not diffs:
         return {}
     flat = torch.cat(diffs)
-    return {"rollout/probs_diff_max": float(flat.max()), "rollout/probs_diff_mean": float(flat.mean())}
+    return {K.ROLLOUT_PROBS_DIFF_MAX: float(flat.max()), K.ROLLOUT_PROBS_DIFF_MEAN: float(flat.mean())}
 
 
 def _accuracy_groups(batch: RolloutBatch) -> dict[str, list[float]]:

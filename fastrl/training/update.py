@@ -24,7 +24,7 @@ import torch
 from fastrl.algorithms import losses, registry
 from fastrl.models.forward import collate, response_logprobs
 from fastrl.training import distributed as dist
-from fastrl.training import metric_keys as K
+from fastrl import metric_keys as K
 from fastrl.training.batch import RolloutBatch
 
 if TYPE_CHECKING:

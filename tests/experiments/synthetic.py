@@ -1,4 +1,4 @@
-"""Synthetic run logs in the trainer's documented format (keys: fastrl.training.metric_keys), for tests.
+"""Synthetic run logs in the trainer's documented format (keys: fastrl.metric_keys), for tests.
 
 Each helper writes ``<run_dir>/metrics.jsonl`` with a "val" line at step 0, one line per training
 step with every key the collectors and notebooks read, optional validation every ``val_every``
@@ -11,8 +11,8 @@ import json
 from pathlib import Path
 from typing import Sequence
 
-from fastrl.training import metric_keys as K
-from fastrl.training.metric_keys import STAGES
+from fastrl import metric_keys as K
+from fastrl.metric_keys import STAGES
 
 
 def write_run(

@@ -7,7 +7,7 @@ import json
 from experiments import export as E
 from experiments.logs import SPEC_FILE
 from experiments.spec import build_runs
-from fastrl.training import metric_keys as K
+from fastrl import metric_keys as K
 from tests.experiments.synthetic import write_run
 
 

@@ -9,7 +9,7 @@ import pytest
 from experiments import collect as C
 from experiments.grid import Context
 from experiments.run import run_target
-from fastrl.training import metric_keys as K
+from fastrl import metric_keys as K
 
 
 @pytest.mark.slow

@@ -1,4 +1,4 @@
-"""fastrl.training.metric_keys: every key the trainer writes is a constant (or one of its families),
+"""fastrl.metric_keys: every key the trainer writes is a constant (or one of its families),
 checked on real smoke runs and on the source of the modules that write them."""
 
 from __future__ import annotations
@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 
 from fastrl.config import load_config
-from fastrl.training import metric_keys as K
+from fastrl import metric_keys as K
 from fastrl.training.metrics import read_metrics
 
-FASTRL_ROOT = Path(K.__file__).resolve().parents[1]
+FASTRL_ROOT = Path(K.__file__).resolve().parent
 # The namespaces of metrics.jsonl: a string literal in fastrl/ starting with one of them is a key
 # (or a family prefix) and must be known here.
 NAMESPACES = ("timing_s/", "cpu_s/", "rollout/", "reward/", "prune/", "tokens/", "actor/", "ars/", "greso/", "val/",
