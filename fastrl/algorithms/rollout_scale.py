@@ -137,8 +137,14 @@ class AdaptiveRolloutScaler:
             cls = ReleaseRolloutScaler if chosen == "release" else RetentionRolloutScaler
         return super().__new__(cls)
 
-    def __init__(self, period_steps: int = 0) -> None:
-        check_positive_int(period_steps, "period_steps", type(self).__name__, minimum=0)
+    def __init__(self, period_steps: int = 0, *, n_init: int | None = None, rule: str | None = None) -> None:
+        """``n_init`` and ``rule`` (None: this class's own rule) are checked for the subclasses."""
+        where = type(self).__name__
+        if rule not in (None, self.rule):
+            raise ValueError(f"{where}: rule = {rule!r}; this class implements {self.rule!r}")
+        if n_init is not None:
+            check_positive_int(n_init, "n_init", where, minimum=2)
+        check_positive_int(period_steps, "period_steps", where, minimum=0)
         self.period = Period(period_steps)
         self.last_decision: dict[str, float] = {}
         self._ended_period = False
@@ -202,10 +208,7 @@ class ReleaseRolloutScaler(AdaptiveRolloutScaler):
     def __init__(self, n_init: int = 8, rule: str | None = "release", n_floor: int = 2,
                  period_steps: int = 0) -> None:
         where = "ReleaseRolloutScaler"
-        if rule not in (None, "release"):
-            raise ValueError(f"{where}: rule = {rule!r}; this class implements 'release'")
-        super().__init__(period_steps)
-        check_positive_int(n_init, "n_init", where, minimum=2)
+        super().__init__(period_steps, n_init=n_init, rule=rule)
         check_positive_int(n_floor, "n_floor", where, minimum=2)
         if n_floor > n_init:
             raise ValueError(f"{where}: n_floor = {n_floor} > n_init = {n_init}")
@@ -288,10 +291,7 @@ class RetentionRolloutScaler(AdaptiveRolloutScaler):
         period_steps: int = 0,
     ) -> None:
         where = "RetentionRolloutScaler"
-        if rule not in (None, "retention"):
-            raise ValueError(f"{where}: rule = {rule!r}; this class implements 'retention'")
-        super().__init__(period_steps)
-        check_positive_int(n_init, "n_init", where, minimum=2)
+        super().__init__(period_steps, n_init=n_init, rule=rule)
         check_positive_int(n_min, "n_min", where, minimum=2)
         n_max = n_init if n_max is None else n_max
         check_positive_int(n_max, "n_max", where, minimum=2)
@@ -404,7 +404,7 @@ class FixedRolloutScaler(RetentionRolloutScaler):
     rule = "fixed"
 
     def __init__(self, n: int = 8, period_steps: int = 0) -> None:
-        super().__init__(n_init=n, n_min=n, n_max=n, period_steps=period_steps)
+        super().__init__(n_init=n, rule=None, n_min=n, n_max=n, period_steps=period_steps)
 
     def _rule(self, kept: Sequence[int], n: int, n_obs: Sequence[int] | None) -> tuple[int, dict[str, float]]:
         _, decision = super()._rule(kept, n, n_obs)

@@ -34,6 +34,7 @@ from transformers import (
     Qwen2_5_VLForConditionalGeneration,
 )
 
+from fastrl.config import ModelConfig
 from fastrl.mini.tokenizer import (
     EOS_TOKEN,
     IMAGE_PAD,
@@ -68,12 +69,13 @@ class TinyModelSpec:
     ``image_size`` is the square size (pixels, multiple of 28) the image processor keeps images at.
     """
 
-    kind: str = "qwen2"
-    hidden_size: int = 128
-    num_layers: int = 2
-    num_heads: int = 2
-    num_kv_heads: int = 1
-    intermediate_size: int = 512
+    # The shape fields a run config sets default to ModelConfig's, so the two cannot drift apart.
+    kind: str = ModelConfig.kind
+    hidden_size: int = ModelConfig.hidden_size
+    num_layers: int = ModelConfig.num_layers
+    num_heads: int = ModelConfig.num_heads
+    num_kv_heads: int = ModelConfig.num_kv_heads
+    intermediate_size: int = ModelConfig.intermediate_size
     head_dim: int = 64
     rope_theta: float = 10000.0
     max_position_embeddings: int = 2048
@@ -85,6 +87,13 @@ class TinyModelSpec:
     vision_intermediate_size: int = 128
     mrope_section: tuple[int, int, int] | None = None
     image_size: int = 56
+
+    @classmethod
+    def from_model_config(cls, model: ModelConfig) -> "TinyModelSpec":
+        """The tiny model a run config's ``model`` section describes (when ``model.path`` is empty)."""
+        return cls(kind=model.kind, hidden_size=model.hidden_size, num_layers=model.num_layers,
+                   num_heads=model.num_heads, num_kv_heads=model.num_kv_heads,
+                   intermediate_size=model.intermediate_size)
 
     def validate(self) -> None:
         """Raise ValueError naming the field that makes this spec unbuildable."""

@@ -38,14 +38,7 @@ def resolve_policy_path(cfg: FastRLConfig, device: torch.device | None = None) -
     from fastrl.mini.builders import TinyModelSpec
     from fastrl.mini.sft import warm_start
 
-    spec = TinyModelSpec(
-        kind=cfg.model.kind,
-        hidden_size=cfg.model.hidden_size,
-        num_layers=cfg.model.num_layers,
-        num_heads=cfg.model.num_heads,
-        num_kv_heads=cfg.model.num_kv_heads,
-        intermediate_size=cfg.model.intermediate_size,
-    )
+    spec = TinyModelSpec.from_model_config(cfg.model)
     # Only rank 0 trains the warm start; the others wait and then hit the cache.
     path: Path | None = None
     if dist.is_main():

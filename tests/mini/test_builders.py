@@ -137,3 +137,15 @@ def test_head_dim_other_than_64_warns_that_vllm_cpu_cannot_run_it(caplog: pytest
 
 def test_default_mrope_section_sums_to_half_head_dim() -> None:
     assert sum(TinyModelSpec(kind="qwen2_5_vl").resolved_mrope_section()) == 32
+
+
+def test_tiny_spec_defaults_are_the_model_config_defaults():
+    """The run config and the builder describe one tiny model: same defaults, and the config's
+    section maps onto the spec field for field."""
+    from fastrl.config import ModelConfig
+
+    assert TinyModelSpec.from_model_config(ModelConfig()) == TinyModelSpec()
+    custom = ModelConfig(kind="llama", hidden_size=64, num_layers=3, num_heads=1, num_kv_heads=1, intermediate_size=96)
+    spec = TinyModelSpec.from_model_config(custom)
+    assert (spec.kind, spec.hidden_size, spec.num_layers, spec.num_heads, spec.num_kv_heads, spec.intermediate_size) == (
+        "llama", 64, 3, 1, 1, 96)
