@@ -110,7 +110,7 @@ def load_table(target: str) -> dict[str, Any]:
 
 
 # Keys of a `sweep` entry in a table's variants.
-_SWEEP_KEYS = frozenset({"file", "key", "values", "base", "name", "config", "label", "overrides"})
+_SWEEP_KEYS = frozenset({"file", "key", "values", "base", "name", "label", "overrides"})
 
 
 def sweep_variants(entry: dict[str, Any], where: Path) -> list[dict[str, Any]]:
@@ -121,8 +121,7 @@ def sweep_variants(entry: dict[str, Any], where: Path) -> list[dict[str, Any]]:
 
     ``file``: a ``fastrl sweep`` file (``base`` + one ``key: [values]``, relative to configs/), so
     the table and ``fastrl sweep`` read the same points; else ``key``, ``values`` and ``base``
-    inline. Each point runs ``base`` with the override ``key=value`` after ``overrides``, or, with
-    ``config`` (a file name with ``{value}``), that file with no point override. ``name`` (with
+    inline. Each point runs ``base`` with the override ``key=value`` after ``overrides``. ``name`` (with
     ``{value}``) names the variant and its run directory; ``label`` puts ``{label: value}`` in its labels.
     """
     unknown = set(entry) - _SWEEP_KEYS
@@ -149,13 +148,8 @@ def sweep_variants(entry: dict[str, Any], where: Path) -> list[dict[str, Any]]:
         raise SpecError(f"{where}: sweep of {key}: values must be a non-empty list, got {values!r}")
     out: list[dict[str, Any]] = []
     for value in values:
-        variant: dict[str, Any] = {"name": str(entry["name"]).format(value=value)}
-        if "config" in entry:
-            variant["config"] = str(entry["config"]).format(value=value)
-            variant["overrides"] = list(entry.get("overrides", []))
-        else:
-            variant["config"] = base
-            variant["overrides"] = [*entry.get("overrides", []), f"{key}={value}"]
+        variant: dict[str, Any] = {"name": str(entry["name"]).format(value=value), "config": base,
+                                   "overrides": [*entry.get("overrides", []), f"{key}={value}"]}
         if "label" in entry:
             variant["labels"] = {entry["label"]: value}
         out.append(variant)
