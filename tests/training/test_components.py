@@ -57,3 +57,15 @@ def test_greso_bad_probabilities_are_the_selectors_error():
     cfg = load_config("methods/greso.yaml", ["algorithm.greso.p_min=0.5", "algorithm.greso.p_max=0.4"], scale="smoke")
     with pytest.raises(ValueError, match=r"GresoSelector: p_min = 0.5 > p_max = 0.4"):
         build_components(cfg)
+
+
+@pytest.mark.parametrize("override, key", [
+    ("algorithm.mdap.tau=1.5", "algorithm.mdap: MDAPPruner: tau = 1.5"),
+    ("algorithm.ars.n_floor=1", "algorithm.ars: ReleaseRolloutScaler: n_floor = 1"),
+])
+def test_a_rejected_hyperparameter_names_its_config_key(override, key):
+    from fastrl.config import ConfigError
+
+    cfg = load_config("methods/fastrl.yaml", [override], scale="smoke")
+    with pytest.raises(ConfigError, match=key):
+        build_components(cfg)
