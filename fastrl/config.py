@@ -33,6 +33,12 @@ class ConfigError(ValueError):
     """A config file or override that does not fit the schema."""
 
 
+# The one list of each model choice (torch-free here; fastrl.mini.builders and fastrl.models.device read them).
+MODEL_KINDS: tuple[str, ...] = ("qwen2", "llama", "qwen2_5_vl")  # tiny models; a real path decides by itself
+MODEL_DTYPES: tuple[str, ...] = ("float32", "bfloat16")
+MODEL_DEVICES: tuple[str, ...] = ("auto", "cpu", "cuda")
+
+
 @dataclass
 class ModelConfig:
     # Empty path = build the tiny mini-scale model from the fields below and warm-start it by SFT.
@@ -59,10 +65,9 @@ class ModelConfig:
     gradient_checkpointing: bool = False
 
     def __post_init__(self) -> None:
-        # Mirrors fastrl.mini.builders.KINDS (not imported: config stays free of torch/transformers).
-        _check_choice("model.kind", self.kind, ("qwen2", "llama", "qwen2_5_vl"))
-        _check_choice("model.dtype", self.dtype, ("float32", "bfloat16"))
-        _check_choice("model.device", self.device, ("auto", "cpu", "cuda"))  # = models.device.DEVICE_CHOICES
+        _check_choice("model.kind", self.kind, MODEL_KINDS)
+        _check_choice("model.dtype", self.dtype, MODEL_DTYPES)
+        _check_choice("model.device", self.device, MODEL_DEVICES)
         if not 0 < self.min_pixels <= self.max_pixels:
             raise ConfigError(f"model.min_pixels = {self.min_pixels} and model.max_pixels = {self.max_pixels}: "
                               "need 0 < min_pixels <= max_pixels")

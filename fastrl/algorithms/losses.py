@@ -25,9 +25,10 @@ import torch
 from torch import Tensor
 
 from fastrl.algorithms.loss_modes import AGG_MODES  # the one list, torch-free for fastrl.config
+from fastrl.algorithms.registry import POLICY_LOSSES
 
 AggMode = Literal["token-mean", "seq-mean-token-mean", "seq-mean-token-sum", "seq-mean-token-sum-norm"]
-POLICY_LOSS_KINDS: tuple[str, ...] = ("ppo_clip", "gspo", "gspo_token")
+POLICY_LOSS_KINDS: tuple[str, ...] = tuple(POLICY_LOSSES)  # the names live in the registry
 KL_KINDS: tuple[str, ...] = ("k1", "k2", "k3", "low_var_kl")
 
 _LOG_RATIO_CLAMP = 20.0  # exp(20) ~ 5e8: keeps the ratio finite when logp drifts far off

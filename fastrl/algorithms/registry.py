@@ -240,7 +240,7 @@ ROLLOUT_SCALERS = Registry("rollout_scaler", {
     "fixed": Entry("fastrl.algorithms.rollout_scale:fixed_rollout_scaler", section="ars"),
     "ars": Entry("fastrl.algorithms.rollout_scale:ars_rollout_scaler", section="ars"),
 })
-# The names equal fastrl.algorithms.losses.POLICY_LOSS_KINDS (tests/algorithms/test_registry.py).
+# fastrl.algorithms.losses reads its POLICY_LOSS_KINDS from these names.
 POLICY_LOSSES = Registry("policy_loss", {
     kind: Entry("fastrl.algorithms.losses:policy_loss", keywords=(("kind", kind),))
     for kind in ("ppo_clip", "gspo", "gspo_token")

@@ -34,7 +34,7 @@ from transformers import (
     Qwen2_5_VLForConditionalGeneration,
 )
 
-from fastrl.config import ModelConfig
+from fastrl.config import MODEL_KINDS, ModelConfig
 from fastrl.mini.tokenizer import (
     EOS_TOKEN,
     IMAGE_PAD,
@@ -48,7 +48,7 @@ from fastrl.models.loaders import TINY_SPEC_FILE
 
 log = logging.getLogger(__name__)
 
-KINDS: tuple[str, ...] = ("qwen2", "llama", "qwen2_5_vl")
+KINDS: tuple[str, ...] = MODEL_KINDS
 TEXT_KINDS: frozenset[str] = frozenset({"qwen2", "llama"})
 # The decoder-only class of each text kind (qwen2_5_vl has its own branch in tiny_config).
 _TEXT_CLASSES: dict[str, tuple[type, type[PreTrainedModel]]] = {

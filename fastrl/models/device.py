@@ -17,7 +17,9 @@ from typing import Any, Mapping
 
 import torch
 
-DEVICE_CHOICES: tuple[str, ...] = ("auto", "cpu", "cuda")
+from fastrl.config import MODEL_DEVICES
+
+DEVICE_CHOICES: tuple[str, ...] = MODEL_DEVICES
 DTYPES: dict[str, torch.dtype] = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 
 
