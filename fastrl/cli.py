@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Sequence
 
 from fastrl import api  # torch-free to import: `fastrl --help` stays fast
+from fastrl.config import MODEL_DEVICES, MODEL_DTYPES, ROLLOUT_ENGINES
 
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
@@ -106,10 +107,10 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--model", required=True, help="run dir (uses <run>/final), model dir or HF id")
     e.add_argument("--benchmark", action="append", required=True,
                    help="name=path.parquet|jsonl (canonical records) or task[:variant]; repeatable")
-    e.add_argument("--engine", choices=["hf", "vllm"], default="hf")
-    e.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto",
+    e.add_argument("--engine", choices=list(ROLLOUT_ENGINES), default="hf")
+    e.add_argument("--device", choices=list(MODEL_DEVICES), default="auto",
                    help="hf engine: where the model runs (auto = cuda when available)")
-    e.add_argument("--dtype", choices=["float32", "bfloat16"], default=None,
+    e.add_argument("--dtype", choices=list(MODEL_DTYPES), default=None,
                    help="default: float32 (hf), the checkpoint's own dtype (vllm)")
     e.add_argument("--min-pixels", type=int, default=262144, help="VL image resize (qwen-vl-utils rule)")
     e.add_argument("--max-pixels", type=int, default=4194304)

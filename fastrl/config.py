@@ -33,10 +33,12 @@ class ConfigError(ValueError):
     """A config file or override that does not fit the schema."""
 
 
-# The one list of each model choice (torch-free here; fastrl.mini.builders and fastrl.models.device read them).
+# The one list of each model / engine choice (torch-free here; fastrl.mini.builders, fastrl.models.device,
+# fastrl.policy and the CLI read them).
 MODEL_KINDS: tuple[str, ...] = ("qwen2", "llama", "qwen2_5_vl")  # tiny models; a real path decides by itself
 MODEL_DTYPES: tuple[str, ...] = ("float32", "bfloat16")
 MODEL_DEVICES: tuple[str, ...] = ("auto", "cpu", "cuda")
+ROLLOUT_ENGINES: tuple[str, ...] = ("hf", "vllm")
 
 
 @dataclass
@@ -117,7 +119,7 @@ class RolloutConfig:
     vllm_sync_method: str = "auto"
 
     def __post_init__(self) -> None:
-        _check_choice("rollout.engine", self.engine, ("hf", "vllm"))
+        _check_choice("rollout.engine", self.engine, ROLLOUT_ENGINES)
         if self.n < 2:
             raise ConfigError(f"rollout.n = {self.n}: GRPO needs at least 2 responses per prompt")
         if self.val_n < 1:

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 import torch
 
+from fastrl.config import ROLLOUT_ENGINES
 from fastrl.data.schema import Record
 from fastrl.models.loaders import is_fastrl_tiny_dir, load_policy
 from fastrl.models.device import resolve_dtype
@@ -30,7 +31,7 @@ from fastrl.rollout.base import RolloutEngine
 if TYPE_CHECKING:
     from fastrl.config import FastRLConfig
 
-ENGINES = ("hf", "vllm")
+ENGINES = ROLLOUT_ENGINES
 
 
 @dataclass(frozen=True)
