@@ -23,11 +23,14 @@ JOBS ?=
 EXP_RUN = $(PY) -m experiments.run
 EXP_ARGS = --scale $(SCALE) --seeds "$(SEEDS)" --runs-root $(RUNS) $(if $(strip $(JOBS)),--jobs $(JOBS)) $(if $(strip $(OVERRIDES)),--override "$(OVERRIDES)") $(EXP_FLAGS)
 
-# ablation = table2, tau-sweep = table7 (its tau values: configs/tables/tau_sweep.yaml, which
-# `fastrl sweep configs/tables/tau_sweep.yaml` runs too).
-EXPERIMENT_TARGETS := table1 table2 table3 table4 table5 table6 table7 table8 ablation tau-sweep correlation lag figures reproduce
+# The targets are the configs/tables/*.yaml files with a `register:` block (experiments/targets.py):
+# their `target:` names and their `aliases:` (ablation = table2, tau-sweep = table7). A new table is
+# one YAML file; nothing here lists it.
+REGISTERED_TABLES := $(shell grep -l '^register:' configs/tables/*.yaml)
+EXPERIMENT_TARGETS := $(shell sed -n 's/^target: *\([A-Za-z0-9_-]*\).*/\1/p' $(REGISTERED_TABLES)) \
+	$(shell sed -n 's/^  aliases: *\[\(.*\)\].*/\1/p' $(REGISTERED_TABLES) | tr ',' ' ') reproduce
 
-.PHONY: $(EXPERIMENT_TARGETS) calibrate experiments-list
+.PHONY: $(EXPERIMENT_TARGETS) calibrate experiments-list experiments-names
 
 $(EXPERIMENT_TARGETS): setup
 	$(EXP_RUN) $@ $(EXP_ARGS)
@@ -38,3 +41,7 @@ calibrate: setup
 
 experiments-list: setup
 	$(EXP_RUN) list
+
+# The make names above, one line (a test checks them against experiments.targets).
+experiments-names:
+	@echo $(EXPERIMENT_TARGETS)

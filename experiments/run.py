@@ -18,15 +18,13 @@ is under its scale's directory, so a smoke run never touches the committed mini 
 from __future__ import annotations
 
 import argparse
-import importlib
 import json
 import os
 import platform
 import sys
 import time
 from pathlib import Path
-from types import ModuleType
-from typing import Sequence
+from typing import Any, Sequence
 
 from experiments import collect
 from experiments.export import export_runs, load_records
@@ -35,54 +33,40 @@ from experiments.runner import (
     CALIBRATION_DIR, DEFAULT_LAUNCHER, LAUNCHERS, REPO_ROOT, RunError, default_jobs, execute, fmt_duration, launch,
     print_plan, unique,
 )
+import experiments.spec as spec_config
 from experiments.spec import SCALES, SpecError, build_runs, load_table, parse_seeds
-from experiments.table_target import TableTarget
+from experiments.targets import Target, aliases, discover, make_names
 
-# Target -> the module that runs it. TABLE_TARGET: a table whose behaviour is only data
-# (configs/tables/<target>.yaml; experiments.table_target); the others have code of their own.
-TABLE_TARGET = "experiments.table_target"
-TARGETS: dict[str, str] = {
-    "table1": TABLE_TARGET,
-    "table2": TABLE_TARGET,
-    "table3": TABLE_TARGET,
-    "table4": "experiments.table4.target",
-    "table5": TABLE_TARGET,
-    "table6": "experiments.table6.target",
-    "table7": TABLE_TARGET,
-    "table8": TABLE_TARGET,
-    "correlation": "experiments.correlation.target",
-    "lag": "experiments.lag.target",
-    "figures": "experiments.figures.target",
-}
-ALIASES: dict[str, str] = {"ablation": "table2", "tau-sweep": "table7"}
-# `reproduce`: data statistics first, then the tables (Table 4 evaluates Table 1's policies),
-# the measurements, and the figures last (they read every other target's logs).
-REPRODUCE_ORDER: tuple[str, ...] = ("table6", "table1", "table2", "table3", "table4", "table5", "table7", "table8",
-                                    "correlation", "lag", "figures")
-# Targets whose table is computed from run summaries alone, so `--from-metadata` can rebuild it
-# from <scale dir>/run_metadata/<target>.jsonl. The others read more of a run directory: Table 4
-# its k = 16 evaluations, lag the full validation curve, correlation its pairs, figures the logs.
-FROM_METADATA: tuple[str, ...] = ("table1", "table2", "table3", "table5", "table7", "table8")
+def registered() -> dict[str, Target]:
+    """The targets, in `make reproduce` order: every configs/tables/*.yaml with a ``register:``
+    block (experiments.targets); `reproduce` runs them in that order (data statistics first,
+    Table 4 after Table 1 whose policies it evaluates, the figures last)."""
+    return discover(spec_config.TABLES_DIR)
 
 
-def target_module(name: str) -> ModuleType | TableTarget:
-    """What runs target ``name`` (or its alias): a module, or a ``TableTarget`` for a data-only table;
-    both have ``DESCRIPTION``, ``specs(ctx)`` and ``collect(ctx)``, maybe ``post`` and ``describe``."""
-    name = ALIASES.get(name, name)
-    if name not in TARGETS:
-        raise SpecError(f"unknown target {name!r}; valid: {sorted([*TARGETS, *ALIASES, 'reproduce'])}")
-    if TARGETS[name] == TABLE_TARGET:
-        return TableTarget(name)
-    return importlib.import_module(TARGETS[name])
+def resolve_target(name: str, targets: dict[str, Target] | None = None) -> Target:
+    """The target ``name`` (or its alias)."""
+    targets = registered() if targets is None else targets
+    name = aliases(targets).get(name, name)
+    if name not in targets:
+        raise SpecError(f"unknown target {name!r}; valid: {sorted([*make_names(targets), 'reproduce'])}")
+    return targets[name]
+
+
+def target_module(name: str) -> Any:
+    """What runs target ``name`` (or its alias): its hook module, or a ``TableTarget`` for a data-only
+    table; both have ``specs(ctx)`` and ``collect(ctx)``, maybe ``post`` and ``describe``."""
+    return resolve_target(name).hooks()
 
 
 def collect_from_metadata(name: str, ctx: Context) -> list[str]:
     """Rebuild ``name``'s table from its committed run metadata (no training, no runs/ needed)."""
-    name = ALIASES.get(name, name)
-    if name not in FROM_METADATA:
-        raise SpecError(f"{name}: --from-metadata rebuilds only {', '.join(FROM_METADATA)} (the others read more of a "
-                        f"run directory than the metadata holds); collect {name} from runs/")
-    mod = target_module(name)
+    target = resolve_target(name)
+    name = target.name
+    if not target.from_metadata:
+        raise SpecError(f"{name}: --from-metadata rebuilds only {', '.join(from_metadata_names())} (the others read "
+                        f"more of a run directory than the metadata holds); collect {name} from runs/")
+    mod = target.hooks()
     ctx.records = load_records(ctx.out_dir, name)
     try:
         print(f"\n##### {name}: from {ctx.records.source} ({len(ctx.records)} runs; nothing is trained)", flush=True)
@@ -95,11 +79,13 @@ def collect_from_metadata(name: str, ctx: Context) -> list[str]:
 
 def run_target(name: str, ctx: Context, *, dry_run: bool = False, collect_only: bool = False) -> list[str]:
     """Plan, train what is missing, post-process, collect. Returns failure messages."""
-    mod = target_module(name)
+    target = resolve_target(name)
+    name = target.name
+    mod = target.hooks()
     ctx.resolve_paper_steps = not dry_run
     runs = unique(mod.specs(ctx))
-    print(f"\n##### {ALIASES.get(name, name)}: {mod.DESCRIPTION}", flush=True)
-    print_plan(ALIASES.get(name, name), ctx.scale, runs, ctx.runs_root, ctx.launcher, ctx.jobs)
+    print(f"\n##### {name}: {target.description}", flush=True)
+    print_plan(name, ctx.scale, runs, ctx.runs_root, ctx.launcher, ctx.jobs)
     describe = getattr(mod, "describe", None)
     if describe is not None:
         describe(ctx)
@@ -120,7 +106,7 @@ def run_target(name: str, ctx: Context, *, dry_run: bool = False, collect_only: 
                 failures.append(f"{name} post-processing: {exc!r}")
     for path in mod.collect(ctx):
         print(f"   wrote {path}")
-    exported = export_runs(ALIASES.get(name, name), runs, ctx.out_dir, REPO_ROOT)
+    exported = export_runs(name, runs, ctx.out_dir, REPO_ROOT)
     if exported is not None:
         print(f"   wrote {exported} (run metadata)")
     return failures
@@ -137,13 +123,13 @@ def calibrate(ctx: Context, targets: Sequence[str]) -> Path:
     settings: dict[str, dict[str, float]] = {}
     seen: set[tuple[str, str]] = set()
     for t in targets:
-        table = load_table(ALIASES.get(t, t))
+        table = load_table(resolve_target(t).name)
         for s in table["settings"]:
             key = (s["dataset"], s["model"])
             if key in seen or "variants" not in table:
                 continue
             seen.add(key)
-            spec = next(r for r in build_runs(ALIASES.get(t, t), ctx.scale, [ctx.seeds[0]], ctx.runs_root / "_calibration")
+            spec = next(r for r in build_runs(resolve_target(t).name, ctx.scale, [ctx.seeds[0]], ctx.runs_root / "_calibration")
                         if (r.dataset, r.model) == key)
             spec = type(spec)(**{**spec.__dict__, "config": "methods/grpo.yaml", "variant": "grpo",
                                  "overrides": (*spec.overrides, "trainer.total_steps=2", "trainer.resume=false")})
@@ -165,10 +151,14 @@ def calibrate(ctx: Context, targets: Sequence[str]) -> Path:
     return path
 
 
+def from_metadata_names() -> list[str]:
+    return [t.name for t in registered().values() if t.from_metadata]
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m experiments.run", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("target", help=f"one of {', '.join([*TARGETS, *ALIASES])}, reproduce, calibrate, list")
+    p.add_argument("target", help=f"one of {', '.join(make_names(registered()))}, reproduce, calibrate, list")
     p.add_argument("--scale", default="mini", choices=SCALES)
     p.add_argument("--seeds", default="", help='e.g. "1 2 3" (default: configs/tables/slots.yaml seeds.<scale>)')
     p.add_argument("--runs-root", type=Path, default=Path("runs"))
@@ -181,7 +171,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--collect-only", action="store_true", help="no training: tables from existing logs")
     p.add_argument("--from-metadata", action="store_true",
                    help=f"no training, no runs/: tables from <out>/<scale>/run_metadata/<target>.jsonl "
-                        f"({', '.join(FROM_METADATA)}; `reproduce` skips the others)")
+                        f"({', '.join(from_metadata_names())}; `reproduce` skips the others)")
     p.add_argument("--fail-fast", action="store_true", help="stop at the first failed run")
     p.add_argument("--jobs", type=int, default=None,
                    help="runs at once (default: one per CPU core with the subprocess launcher, else 1)")
@@ -193,10 +183,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     try:
+        targets = registered()
         if args.target == "list":
-            for name in TARGETS:
-                print(f"{name:12s} {target_module(name).DESCRIPTION}")
-            for a, t in ALIASES.items():
+            for name, target in targets.items():
+                print(f"{name:12s} {target.description}")
+            for a, t in aliases(targets).items():
                 print(f"{a:12s} = {t}")
             return 0
         overrides = []
@@ -207,14 +198,14 @@ def main(argv: Sequence[str] | None = None) -> int:
                       out_dir=collect.generated_dir(args.scale, args.out), launcher=launcher, extra_overrides=tuple(overrides),
                       fail_fast=args.fail_fast, jobs=args.jobs or default_jobs(launcher))
         if args.target == "calibrate":
-            calibrate(ctx, [t for t in REPRODUCE_ORDER if t not in ("table6", "figures", "correlation")])
+            calibrate(ctx, [t for t in targets if t not in ("table6", "figures", "correlation")])
             return 0
-        names = list(REPRODUCE_ORDER) if args.target == "reproduce" else [args.target]
+        names = list(targets) if args.target == "reproduce" else [args.target]
         failures: list[str] = []
         for name in names:
             if args.from_metadata:
-                if args.target == "reproduce" and name not in FROM_METADATA:
-                    print(f"\n##### {name}: skipped (--from-metadata rebuilds only {', '.join(FROM_METADATA)})")
+                if args.target == "reproduce" and not targets[name].from_metadata:
+                    print(f"\n##### {name}: skipped (--from-metadata rebuilds only {', '.join(from_metadata_names())})")
                     continue
                 failures += collect_from_metadata(name, ctx)
             else:

@@ -68,30 +68,27 @@ def _check_derived(derived: Sequence[dict[str, Any]], where: Path) -> None:
 
 @dataclass(frozen=True)
 class TableTarget:
-    """A data-only table as the target interface experiments.run expects of a target module
-    (``DESCRIPTION``, ``specs``, ``post``, ``collect``)."""
+    """A data-only table (``configs/tables/<name>.yaml``, parsed once): its runs, post-processing
+    and collection, as the ``TargetHooks`` of ``experiments.targets``."""
 
-    TARGET: str
+    name: str
+    table: dict[str, Any]
 
-    @property
-    def table(self) -> dict[str, Any]:
-        table = load_table(self.TARGET)
-        for key in ("description", "metrics"):
-            if key not in table:
-                raise SpecError(f"{table_config_path(self.TARGET)}: missing key {key!r}")
-        _check_derived(table.get("derived") or [], table_config_path(self.TARGET))
-        return table
-
-    @property
-    def DESCRIPTION(self) -> str:  # noqa: N802 -- the name every target module defines
-        return str(self.table["description"])
+    @classmethod
+    def load(cls, name: str, path: Path | None = None) -> "TableTarget":
+        table = load_table(name)
+        where = path or table_config_path(name)
+        if "metrics" not in table:
+            raise SpecError(f"{where}: missing key 'metrics'")
+        _check_derived(table.get("derived") or [], where)
+        return cls(name, table)
 
     @property
-    def METRICS(self) -> tuple[str, ...]:  # noqa: N802
+    def metrics(self) -> tuple[str, ...]:
         return tuple(self.table["metrics"])
 
     def specs(self, ctx: Context) -> list[RunSpec]:
-        return specs_for(self.TARGET, ctx, resolve_paper_steps=ctx.scale == "paper")
+        return specs_for(self.name, ctx, resolve_paper_steps=ctx.scale == "paper")
 
     def post(self, ctx: Context, runs: list[RunSpec]) -> None:
         paper_ood_evals(runs, ctx)
@@ -99,7 +96,7 @@ class TableTarget:
     def preamble(self, ctx: Context) -> str:
         """What the markdown says above the table: a missing generated task, else the table's
         ``stand_in_note`` below paper scale."""
-        specs = specs_for(self.TARGET, ctx, resolve_paper_steps=False)
+        specs = specs_for(self.name, ctx, resolve_paper_steps=False)
         missing = sorted({s.requires_task for s in specs if s.requires_task and not task_available(s.requires_task)})
         if missing:  # a slot that names a generated task this checkout lacks: say so, show the paper only
             return (f"**Not measured at scale {ctx.scale}:** it needs the generated task(s) {', '.join(missing)}, "
@@ -108,11 +105,10 @@ class TableTarget:
         return str(note).format(scale=ctx.scale) if note and ctx.scale != "paper" else ""
 
     def collect(self, ctx: Context) -> list[Path]:
-        table = self.table
-        derived = table.get("derived") or []
-        paired_refs = table.get("paired_refs")
+        derived = self.table.get("derived") or []
+        paired_refs = self.table.get("paired_refs")
         return list(collect_grid(
-            self.TARGET, ctx, metrics=tuple(table["metrics"]), rename=table.get("rename") or None,
+            self.name, ctx, metrics=self.metrics, rename=self.table.get("rename") or None,
             derive=(lambda rows: derived_rows(rows, derived)) if derived else None,
             preamble=self.preamble(ctx), paired_refs=tuple(paired_refs) if paired_refs is not None else None,
         ))

@@ -17,7 +17,6 @@ from experiments.grid import Context
 from experiments.spec import RunSpec, load_slots, load_table, slot_entry
 
 TARGET = "correlation"
-DESCRIPTION = "Fig. 5: token Jaccard vs per-trajectory gradient cosine (Pearson, Spearman, scatter)"
 FIGURE = "fig5_correlation.png"
 POPULATIONS = ("same_adv", "same_adv_mixed", "same_adv_zero", "diff_adv")
 

@@ -10,7 +10,6 @@ from experiments.notebooks import execute_notebook, notebooks
 from experiments.spec import RunSpec
 
 TARGET = "figures"
-DESCRIPTION = "Fig. 3 and every figure of the analysis notebooks (PNG)"
 
 
 def specs(ctx: Context) -> list[RunSpec]:

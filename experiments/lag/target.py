@@ -19,7 +19,6 @@ from experiments.spec import RunSpec, load_table
 from fastrl import metric_keys as K
 
 TARGET = "lag"
-DESCRIPTION = "policy lag: 4 and 16 updates per step (Figs. 6-7)"
 METRICS = ("step_time_s", "train_time_s", "peak_acc", "final_acc", "speedup_vs_grpo", "speedup_to_grpo_peak",
            "tokens_generated", "tokens_trained", "entropy_first", "entropy_last", "entropy_max", "train_time_h",
            "steps", "updates_per_step")

@@ -14,7 +14,6 @@ from experiments.spec import RunSpec, load_table
 
 TARGET = "table4"
 SUBDIR = "eval_k16"
-DESCRIPTION = "avg@16 / pass@16 of the Table 1 policies (larger model)"
 METRICS = ("avg_at_16", "pass_at_16", "avg_at_16_gain_vs_grpo", "in_domain_acc")
 
 

@@ -8,7 +8,6 @@ from experiments.grid import Context
 from experiments.spec import RunSpec
 
 TARGET = "table6"
-DESCRIPTION = "dataset statistics (python -m data_prep.all -> paper_figures/generated/mini/table6.csv)"
 
 
 def specs(ctx: Context) -> list[RunSpec]:

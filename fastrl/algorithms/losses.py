@@ -28,7 +28,7 @@ from fastrl.algorithms.loss_modes import AGG_MODES  # the one list, torch-free f
 from fastrl.algorithms.registry import POLICY_LOSSES
 
 AggMode = Literal["token-mean", "seq-mean-token-mean", "seq-mean-token-sum", "seq-mean-token-sum-norm"]
-POLICY_LOSS_KINDS: tuple[str, ...] = tuple(POLICY_LOSSES)  # the names live in the registry
+POLICY_LOSS_KINDS: tuple[str, ...] = tuple(POLICY_LOSSES)  # the built-in names, from the registry
 KL_KINDS: tuple[str, ...] = ("k1", "k2", "k3", "low_var_kl")
 
 _LOG_RATIO_CLAMP = 20.0  # exp(20) ~ 5e8: keeps the ratio finite when logp drifts far off
@@ -161,13 +161,68 @@ def _sequence_advantages(advantages: Tensor, mask: Tensor, where: str) -> Tensor
     return seq
 
 
-def policy_loss(
+def _check_loss_inputs(logp: Tensor, old_logp: Tensor, mask: Tensor, clip_low: float, clip_high: float,
+                       dual_clip: float | None, where: str) -> None:
+    _check_pair(logp, old_logp, "logp and old_logp", where)
+    _check_pair(logp, mask, "logp and mask", where)
+    if logp.dim() != 2:
+        raise ValueError(f"{where}: logp must be [B, T], got shape {tuple(logp.shape)}")
+    if not 0.0 <= clip_low < 1.0 or clip_high < 0.0:
+        raise ValueError(f"{where}: need 0 <= clip_low < 1 and clip_high >= 0, got "
+                         f"clip_low={clip_low}, clip_high={clip_high}")
+    if dual_clip is not None and not dual_clip > 1.0:
+        raise ValueError(f"{where}: dual_clip = {dual_clip} must be > 1")
+
+
+def _sequence_log_ratio(log_diff: Tensor, mask: Tensor) -> Tensor:
+    """GSPO's log s_i = mean_t(logp - logp_old) over the response mask, clamped. [B, T] -> [B]."""
+    m = mask.to(log_diff.dtype)
+    lengths = m.sum(dim=-1).clamp(min=1.0)
+    return torch.clamp((log_diff * m).sum(dim=-1) / lengths, -_LOG_RATIO_CLAMP, _LOG_RATIO_CLAMP)
+
+
+def _clipped_loss(
+    ratio: Tensor, adv: Tensor, log_diff: Tensor, mask: Tensor, *, clip_low: float, clip_high: float,
+    dual_clip: float | None, agg: str, global_token_count: float | Tensor | None,
+    global_seq_count: float | Tensor | None, norm_constant: float | None,
+) -> tuple[Tensor, dict[str, Tensor]]:
+    """The clipped surrogate of every policy loss, given its per-token ``ratio`` and ``adv`` [B, T]:
+    max(-A r, -A clip(r, 1 - eps_low, 1 + eps_high)), with the dual clip min(., -A c) where A < 0,
+    aggregated by ``agg``; plus the detached metrics (see :func:`ppo_clip_loss`)."""
+    loss1 = -adv * ratio
+    loss2 = -adv * torch.clamp(ratio, 1.0 - clip_low, 1.0 + clip_high)
+    clipped = torch.maximum(loss1, loss2)
+    clip_active = loss2 > loss1
+    lower_active = torch.zeros_like(clip_active)
+    per_token = clipped
+    if dual_clip is not None:
+        loss3 = -adv * dual_clip
+        lower_active = (clipped > loss3) & (adv < 0)
+        per_token = torch.where(adv < 0, torch.minimum(loss3, clipped), clipped)
+    loss = aggregate(per_token, mask, agg, global_token_count=global_token_count,
+                     global_seq_count=global_seq_count, norm_constant=norm_constant)
+    with torch.no_grad():
+        m = mask.to(ratio.dtype)
+        mb = mask.to(torch.bool)
+        r = ratio.detach()
+        any_tok = bool(mb.any())
+        metrics = {
+            "clipfrac": masked_mean(clip_active.to(ratio.dtype), m).detach(),
+            "clipfrac_lower": masked_mean(lower_active.to(ratio.dtype), m).detach(),
+            "ppo_kl": masked_mean(-log_diff.detach(), m),
+            "ratio_mean": masked_mean(r, m),
+            "ratio_max": r[mb].max() if any_tok else r.new_zeros(()),
+            "ratio_min": r[mb].min() if any_tok else r.new_zeros(()),
+        }
+    return loss, metrics
+
+
+def ppo_clip_loss(
     logp: Tensor,
     old_logp: Tensor,
     advantages: Tensor,
     mask: Tensor,
     *,
-    kind: str = "ppo_clip",
     clip_low: float = 0.2,
     clip_high: float = 0.2,
     dual_clip: float | None = None,
@@ -176,16 +231,15 @@ def policy_loss(
     global_seq_count: float | Tensor | None = None,
     norm_constant: float | None = None,
 ) -> tuple[Tensor, dict[str, Tensor]]:
-    """Clipped policy-gradient loss.
+    """PPO-clip with per-token ratio exp(clamp(logp - logp_old, -20, 20)) (GRPO, DAPO).
 
     Args:
         logp: [B, T] log-probs of the response tokens under the current policy (with grad).
         old_logp: [B, T] log-probs under the rollout (old) policy; treated as constants.
-        advantages: [B] per sequence or [B, T] per token (``gspo`` needs per-sequence values).
+        advantages: [B] per sequence or [B, T] per token.
         mask: [B, T] response mask.
-        kind: ``ppo_clip`` | ``gspo`` | ``gspo_token``.
         clip_low / clip_high: eps_low / eps_high, the ratio is clipped to [1 - eps_low, 1 + eps_high].
-        dual_clip: c > 1 for PPO's dual clip (only ``ppo_clip``; only where A < 0), or None.
+        dual_clip: c > 1 for PPO's dual clip (only where A < 0), or None.
         agg: aggregation mode, see :func:`aggregate` (with the optional global denominators).
         norm_constant: Dr.GRPO's constant C of ``agg = seq-mean-token-sum-norm`` (see :func:`aggregate`).
 
@@ -195,65 +249,81 @@ def policy_loss(
         (dual clip active; 0 without dual clip), ``ppo_kl`` (mean of logp_old - logp),
         ``ratio_mean``, ``ratio_max``, ``ratio_min`` (the importance ratio used, per token).
     """
-    where = "policy_loss"
-    _check_pair(logp, old_logp, "logp and old_logp", where)
-    _check_pair(logp, mask, "logp and mask", where)
-    if logp.dim() != 2:
-        raise ValueError(f"{where}: logp must be [B, T], got shape {tuple(logp.shape)}")
-    if kind not in POLICY_LOSS_KINDS:
-        raise ValueError(f"{where}: unknown kind {kind!r}; valid kinds: {', '.join(POLICY_LOSS_KINDS)}")
-    if not 0.0 <= clip_low < 1.0 or clip_high < 0.0:
-        raise ValueError(f"{where}: need 0 <= clip_low < 1 and clip_high >= 0, got "
-                         f"clip_low={clip_low}, clip_high={clip_high}")
+    where = "ppo_clip_loss"
+    _check_loss_inputs(logp, old_logp, mask, clip_low, clip_high, dual_clip, where)
+    log_diff = logp - old_logp.detach()
+    adv = _token_advantages(advantages, logp.shape, where).detach()
+    ratio = torch.exp(torch.clamp(log_diff, -_LOG_RATIO_CLAMP, _LOG_RATIO_CLAMP))
+    return _clipped_loss(ratio, adv, log_diff, mask, clip_low=clip_low, clip_high=clip_high, dual_clip=dual_clip,
+                         agg=agg, global_token_count=global_token_count, global_seq_count=global_seq_count,
+                         norm_constant=norm_constant)
+
+
+def _no_dual_clip(dual_clip: float | None, where: str) -> None:
     if dual_clip is not None:
-        if kind != "ppo_clip":
-            raise ValueError(f"{where}: dual_clip={dual_clip} applies only to kind='ppo_clip', not "
-                             f"{kind!r}; set it to None")
-        if not dual_clip > 1.0:
-            raise ValueError(f"{where}: dual_clip = {dual_clip} must be > 1")
-    old = old_logp.detach()
-    m = mask.to(logp.dtype)
-    log_diff = logp - old
+        raise ValueError(f"{where}: dual_clip={dual_clip} applies only to the ppo_clip loss; set it to None")
 
-    if kind == "ppo_clip":
-        adv = _token_advantages(advantages, logp.shape, where).detach()
-        log_ratio = torch.clamp(log_diff, -_LOG_RATIO_CLAMP, _LOG_RATIO_CLAMP)
-        ratio = torch.exp(log_ratio)
-    else:
-        lengths = m.sum(dim=-1).clamp(min=1.0)
-        log_s = torch.clamp((log_diff * m).sum(dim=-1) / lengths, -_LOG_RATIO_CLAMP, _LOG_RATIO_CLAMP)
-        if kind == "gspo":
-            adv = _sequence_advantages(advantages.detach(), mask, where)[:, None].expand(logp.shape)
-            ratio = torch.exp(log_s)[:, None].expand(logp.shape)
-        else:  # gspo_token: value s_i, gradient s_i * grad log pi_t
-            adv = _token_advantages(advantages, logp.shape, where).detach()
-            ratio = torch.exp(logp - logp.detach() + log_s.detach()[:, None])
 
-    loss1 = -adv * ratio
-    loss2 = -adv * torch.clamp(ratio, 1.0 - clip_low, 1.0 + clip_high)
-    clipped = torch.maximum(loss1, loss2)
-    clip_active = loss2 > loss1
-    lower_active = torch.zeros_like(clip_active)
-    if dual_clip is not None:
-        loss3 = -adv * dual_clip
-        dual = torch.minimum(loss3, clipped)
-        lower_active = (clipped > loss3) & (adv < 0)
-        per_token = torch.where(adv < 0, dual, clipped)
-    else:
-        per_token = clipped
+def gspo_loss(
+    logp: Tensor,
+    old_logp: Tensor,
+    advantages: Tensor,
+    mask: Tensor,
+    *,
+    clip_low: float = 0.2,
+    clip_high: float = 0.2,
+    dual_clip: float | None = None,
+    agg: str = "token-mean",
+    global_token_count: float | Tensor | None = None,
+    global_seq_count: float | Tensor | None = None,
+    norm_constant: float | None = None,
+) -> tuple[Tensor, dict[str, Tensor]]:
+    """GSPO: the sequence ratio s_i = exp(mean_t(logp - logp_old)) broadcast to the sequence's
+    tokens; advantages one per sequence ([B], or [B, T] constant over each row). Arguments and
+    metrics as :func:`ppo_clip_loss` (no dual clip)."""
+    where = "gspo_loss"
+    _check_loss_inputs(logp, old_logp, mask, clip_low, clip_high, dual_clip, where)
+    _no_dual_clip(dual_clip, where)
+    log_diff = logp - old_logp.detach()
+    adv = _sequence_advantages(advantages.detach(), mask, where)[:, None].expand(logp.shape)
+    ratio = torch.exp(_sequence_log_ratio(log_diff, mask))[:, None].expand(logp.shape)
+    return _clipped_loss(ratio, adv, log_diff, mask, clip_low=clip_low, clip_high=clip_high, dual_clip=None,
+                         agg=agg, global_token_count=global_token_count, global_seq_count=global_seq_count,
+                         norm_constant=norm_constant)
 
-    loss = aggregate(per_token, mask, agg, global_token_count=global_token_count,
-                     global_seq_count=global_seq_count, norm_constant=norm_constant)
-    with torch.no_grad():
-        mb = mask.to(torch.bool)
-        r = ratio.detach()
-        any_tok = bool(mb.any())
-        metrics = {
-            "clipfrac": masked_mean(clip_active.to(logp.dtype), m).detach(),
-            "clipfrac_lower": masked_mean(lower_active.to(logp.dtype), m).detach(),
-            "ppo_kl": masked_mean(-log_diff.detach(), m),
-            "ratio_mean": masked_mean(r, m),
-            "ratio_max": r[mb].max() if any_tok else r.new_zeros(()),
-            "ratio_min": r[mb].min() if any_tok else r.new_zeros(()),
-        }
-    return loss, metrics
+
+def gspo_token_loss(
+    logp: Tensor,
+    old_logp: Tensor,
+    advantages: Tensor,
+    mask: Tensor,
+    *,
+    clip_low: float = 0.2,
+    clip_high: float = 0.2,
+    dual_clip: float | None = None,
+    agg: str = "token-mean",
+    global_token_count: float | Tensor | None = None,
+    global_seq_count: float | Tensor | None = None,
+    norm_constant: float | None = None,
+) -> tuple[Tensor, dict[str, Tensor]]:
+    """GSPO-token: per-token ratio sg[s_i] * pi_t / sg[pi_t] (value s_i, gradient s_i * grad log pi_t);
+    admits per-token advantages. Arguments and metrics as :func:`ppo_clip_loss` (no dual clip)."""
+    where = "gspo_token_loss"
+    _check_loss_inputs(logp, old_logp, mask, clip_low, clip_high, dual_clip, where)
+    _no_dual_clip(dual_clip, where)
+    log_diff = logp - old_logp.detach()
+    adv = _token_advantages(advantages, logp.shape, where).detach()
+    ratio = torch.exp(logp - logp.detach() + _sequence_log_ratio(log_diff, mask).detach()[:, None])
+    return _clipped_loss(ratio, adv, log_diff, mask, clip_low=clip_low, clip_high=clip_high, dual_clip=None,
+                         agg=agg, global_token_count=global_token_count, global_seq_count=global_seq_count,
+                         norm_constant=norm_constant)
+
+
+def policy_loss(
+    logp: Tensor, old_logp: Tensor, advantages: Tensor, mask: Tensor, *, kind: str = "ppo_clip", **settings: object,
+) -> tuple[Tensor, dict[str, Tensor]]:
+    """The registered policy loss ``kind`` (``ppo_clip`` | ``gspo`` | ``gspo_token``, or a plug-in's)
+    with ``settings`` (clip_low, clip_high, dual_clip, agg, denominators): see :func:`ppo_clip_loss`."""
+    if kind not in POLICY_LOSSES:
+        raise ValueError(f"policy_loss: unknown kind {kind!r}; valid kinds: {', '.join(POLICY_LOSSES)}")
+    return POLICY_LOSSES[kind](logp, old_logp, advantages, mask, **settings)

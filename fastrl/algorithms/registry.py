@@ -111,7 +111,7 @@ class RolloutScaler(Protocol):
 
 
 class PolicyLoss(Protocol):
-    """``(logp, old_logp, advantages, mask, **settings) -> (loss, metrics)`` (losses.policy_loss)."""
+    """``(logp, old_logp, advantages, mask, **settings) -> (loss, metrics)`` (losses.ppo_clip_loss, ...)."""
 
     def __call__(self, logp: Tensor, old_logp: Tensor, advantages: Tensor, mask: Tensor, *,
                  clip_low: float, clip_high: float, dual_clip: float | None, agg: str,
@@ -131,12 +131,10 @@ class Entry:
     """A registered component: its factory (or function) and the ``cfg.algorithm`` section it is
     built from (None: built from the context alone).
 
-    ``target`` is the object, or ``"module:attribute"`` imported on first use; ``keywords`` are
-    bound to it then (one function serving several names)."""
+    ``target`` is the object, or ``"module:attribute"`` imported on first use."""
 
     target: Callable[..., Any] | str
     section: str | None = None
-    keywords: tuple[tuple[str, Any], ...] = ()
 
     def load(self) -> Callable[..., Any]:
         obj: Any = self.target
@@ -145,7 +143,7 @@ class Entry:
             obj = importlib.import_module(module)
             for part in attribute.split("."):
                 obj = getattr(obj, part)
-        return functools.partial(obj, **dict(self.keywords)) if self.keywords else obj
+        return obj
 
 
 class Registry(MutableMapping[str, Callable[..., Any]]):
@@ -240,10 +238,12 @@ ROLLOUT_SCALERS = Registry("rollout_scaler", {
     "fixed": Entry("fastrl.algorithms.rollout_scale:fixed_rollout_scaler", section="ars"),
     "ars": Entry("fastrl.algorithms.rollout_scale:ars_rollout_scaler", section="ars"),
 })
-# fastrl.algorithms.losses reads its POLICY_LOSS_KINDS from these names.
+# One function per loss (verl's core_algos style); fastrl.algorithms.losses reads its
+# POLICY_LOSS_KINDS from these names.
 POLICY_LOSSES = Registry("policy_loss", {
-    kind: Entry("fastrl.algorithms.losses:policy_loss", keywords=(("kind", kind),))
-    for kind in ("ppo_clip", "gspo", "gspo_token")
+    "ppo_clip": Entry("fastrl.algorithms.losses:ppo_clip_loss"),
+    "gspo": Entry("fastrl.algorithms.losses:gspo_loss"),
+    "gspo_token": Entry("fastrl.algorithms.losses:gspo_token_loss"),
 })
 ADVANTAGE_ESTIMATORS = Registry("advantage", {
     "grpo": Entry("fastrl.algorithms.advantages:grpo_advantages"),

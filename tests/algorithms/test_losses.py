@@ -207,7 +207,7 @@ def test_aggregate_hand_cases():
     [
         (dict(kind="ppo"), r"unknown kind 'ppo'; valid kinds: ppo_clip, gspo, gspo_token"),
         (dict(agg="mean"), r"unknown mode 'mean'"),
-        (dict(kind="gspo", dual_clip=3.0), r"dual_clip=3.0 applies only to kind='ppo_clip'"),
+        (dict(kind="gspo", dual_clip=3.0), r"dual_clip=3.0 applies only to the ppo_clip loss"),
         (dict(dual_clip=0.5), r"dual_clip = 0.5 must be > 1"),
         (dict(clip_low=1.5), r"clip_low"),
         (dict(global_token_count=0), r"global_token_count = 0.0 must be > 0"),
@@ -226,3 +226,30 @@ def test_shape_errors():
         policy_loss(torch.zeros(2, 3), torch.zeros(2, 3), torch.zeros(3), torch.ones(2, 3))
     with pytest.raises(ValueError, match=r"unknown kind 'k4'"):
         kl_penalty(torch.zeros(1, 1), torch.zeros(1, 1), "k4")
+
+
+def test_each_policy_loss_is_its_own_registered_function():
+    from fastrl.algorithms import losses, registry
+
+    assert registry.get(registry.POLICY_LOSSES, "ppo_clip") is losses.ppo_clip_loss
+    assert registry.get(registry.POLICY_LOSSES, "gspo") is losses.gspo_loss
+    assert registry.get(registry.POLICY_LOSSES, "gspo_token") is losses.gspo_token_loss
+
+
+def test_policy_loss_dispatches_to_a_plugin_loss(monkeypatch):
+    from fastrl.algorithms import registry
+
+    calls = []
+
+    def half_ppo(logp, old_logp, advantages, mask, **settings):
+        calls.append(settings)
+        loss, metrics = registry.get(registry.POLICY_LOSSES, "ppo_clip")(logp, old_logp, advantages, mask, **settings)
+        return 0.5 * loss, metrics
+
+    monkeypatch.setitem(registry.POLICY_LOSSES, "half_ppo", half_ppo)
+    logp = torch.randn(2, 3)
+    adv = torch.tensor([1.0, -1.0])
+    full, _ = policy_loss(logp, logp + 0.1, adv, torch.ones(2, 3), kind="ppo_clip", clip_low=0.2, clip_high=0.2)
+    half, _ = policy_loss(logp, logp + 0.1, adv, torch.ones(2, 3), kind="half_ppo", clip_low=0.2, clip_high=0.2)
+    assert calls == [{"clip_low": 0.2, "clip_high": 0.2}]
+    assert torch.allclose(half, 0.5 * full)

@@ -7,7 +7,7 @@ import pytest
 import yaml
 
 from experiments.grid import Context
-from experiments.run import REPRODUCE_ORDER, TABLE_TARGET, TARGETS, target_module
+from experiments.run import registered, target_module
 from experiments.runner import RunError, unique
 from experiments.spec import TABLES_DIR, SpecError, build_runs, load_table, parse_seeds, sweep_variants, table_variants
 from fastrl.config import load_config, to_dict
@@ -37,7 +37,7 @@ def test_shared_runs_are_the_same_command(tmp_path):
 def test_every_target_agrees_on_shared_runs(tmp_path, scale):
     ctx = Context(scale=scale, seeds=[1], runs_root=tmp_path, out_dir=tmp_path, launcher="inprocess",
                   resolve_paper_steps=False)
-    unique([s for name in TARGETS for s in target_module(name).specs(ctx)])  # raises on a conflict
+    unique([s for name in registered() for s in target_module(name).specs(ctx)])  # raises on a conflict
 
 
 @pytest.mark.parametrize("scale", ["smoke", "mini", "paper"])
@@ -132,11 +132,10 @@ def test_a_sweep_entry_is_one_variant_per_value(tmp_path):
 def test_data_tables_say_what_they_show():
     """Every target run by experiments.table_target names its description and metrics; derived rows
     are of a known kind."""
-    data_targets = [name for name, module in TARGETS.items() if module == TABLE_TARGET]
+    data_targets = [name for name, target in registered().items() if target.hook is None]
     assert data_targets == ["table1", "table2", "table3", "table5", "table7", "table8"]
     for name in data_targets:
-        target = target_module(name)
-        assert target.DESCRIPTION and target.METRICS, name
+        assert registered()[name].description and target_module(name).metrics, name
     assert "max_over_models" in [d["kind"] for d in load_table("table1")["derived"]]
 
 
@@ -146,7 +145,7 @@ def test_a_derived_row_of_unknown_kind_is_an_error(monkeypatch):
     table = {**load_table("table1"), "derived": [{"kind": "ratio", "name": "x", "metric": "avg_acc"}]}
     monkeypatch.setattr(table_target, "load_table", lambda target: table)
     with pytest.raises(SpecError, match="kind must be one of"):
-        target_module("table1").DESCRIPTION
+        target_module("table1")
 
 
 def test_seeds():
@@ -173,5 +172,7 @@ def test_unknown_slot_and_conflicting_share_are_errors(tmp_path, monkeypatch):
         unique([a, b])
 
 
-def test_reproduce_covers_every_target():
-    assert set(REPRODUCE_ORDER) == set(TARGETS)
+def test_reproduce_order_is_the_registered_order():
+    names = list(registered())
+    assert names[0] == "table6" and names[-1] == "figures"  # data statistics first, figures last
+    assert names.index("table1") < names.index("table4")  # Table 4 evaluates Table 1's policies
