@@ -60,6 +60,21 @@ class RecordError(ValueError):
         super().__init__(f"{where}field {field!r} (uid={uid!r}): {message}")
 
 
+# ``meta.question_type`` values that mark a multiple-choice row (MathVista writes ``multi_choice``,
+# MathVerse ``multi-choice``); MathVision marks options drawn in the image with ``options_in_image``.
+MULTIPLE_CHOICE_TYPES = frozenset({"multi_choice", "multi-choice", "multiple_choice", "multiple-choice"})
+
+
+def is_multiple_choice(choices: list[str] | None, meta: dict[str, Any] | None) -> bool:
+    """Whether a row asks for an option letter: it lists ``choices``, or its options are shown only
+    in the image (``meta.options_in_image``, or a multiple-choice ``meta.question_type``). Every
+    other row is free-form (MathVision's numeric questions, MathVista's ``free_form`` rows)."""
+    if choices:
+        return True
+    meta = meta or {}
+    return bool(meta.get("options_in_image")) or meta.get("question_type") in MULTIPLE_CHOICE_TYPES
+
+
 def unknown_placeholders(problem: str) -> list[str]:
     """Image-like tags in ``problem`` other than the canonical ``<image>``."""
     return [m.group(0) for m in _TAG_LIKE.finditer(problem) if m.group(0) != IMAGE_PLACEHOLDER]
