@@ -33,6 +33,9 @@ class Record:
     images: list[Any] = field(default_factory=list)  # PIL images, paths or encoded bytes
     choices: list[str] | None = None
     meta: dict[str, Any] = field(default_factory=dict)
+    # The record's integer row in the training set (set when a run loads its train files; not
+    # stored in files): the release's ``question_id``, which orders MDAP's questions.
+    row_id: int | None = field(default=None, compare=False)
 
     def to_dict(self) -> dict[str, Any]:
         return {

@@ -221,7 +221,8 @@ class Trainer:
     def prune(self, batch: RolloutBatch) -> PruneResult:
         g = torch.Generator().manual_seed(self.cfg.trainer.seed * 104_729 + self.state.step)
         result = self.components.pruner(
-            batch.advantages, batch.uids, batch.response_ids, align_to=self.align_to(), generator=g
+            batch.advantages, batch.uids, batch.response_ids, align_to=self.align_to(), generator=g,
+            question_ids=[r.row_id for r in batch.records],  # the release's question order
         )
         world = dist.world_size()
         if len(result.kept) % world:

@@ -222,6 +222,8 @@ def load_datasets(
         if not d.train_files:
             raise DataError("data.task = files needs data.train_files (paths to canonical parquet/jsonl)")
         train = [r for f in d.train_files for r in limit(load_records(f), f)]
+        for row, r in enumerate(train):  # the release's question_id: start offset + row, file after file
+            r.row_id = row
         val = [r for f in d.val_files for r in limit(load_records(f), f)]
         ood = {Path(f).stem: limit(load_records(f), f) for f in d.ood_variants}
         return train, val, ood
