@@ -78,7 +78,8 @@ def to_record(row: dict[str, Any], split: str, index: int) -> Record:
         choices = options
         meta["answer_letter"] = answer
         answer = letter_to_option(answer, choices, uid)
-    elif options:
+    elif options or re.fullmatch(r"[A-E]", answer):
+        # options only in the image: letters listed, or (one testmini row, id 59) not even listed
         meta["options_in_image"] = True
     return Record(uid=uid, problem=problem, images=[_image(row)], answer=answer, choices=choices,
                   source=SPEC.title, meta=meta)

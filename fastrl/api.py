@@ -145,6 +145,8 @@ def evaluate(
     max_pixels: int = 4194304,
     seed: int = 0,
     limit: int = 0,
+    max_prompt_length: int = 2048,
+    prompt_length_policy: str = "filter",
 ) -> dict[str, Any]:
     """Evaluate a run directory (its ``final`` policy), a model directory or a hub id.
 
@@ -152,9 +154,12 @@ def evaluate(
     ``greedy`` or ``paper`` (T=0.6, top-p 0.95); ``k`` samples per problem (avg@k, pass@k).
     ``dtype``: default float32 with ``hf``, the checkpoint's own with ``vllm``. ``device``: where
     the ``hf`` engine runs (auto = CUDA when available). ``limit``: the first N problems of each
-    benchmark (0: all). Returns ``fastrl.evaluation.evaluate.evaluate``'s JSON-ready dict.
+    benchmark (0: all). ``max_prompt_length`` / ``prompt_length_policy``: problems whose prompt is
+    longer are dropped and counted (``filter``, as training does) or an error (``error``); none
+    reaches the engine. Returns ``fastrl.evaluation.evaluate.evaluate``'s JSON-ready dict.
     """
     check_model(str(model))
+    from fastrl.data.prompt_limit import PromptLimit
     from fastrl.evaluation.evaluate import evaluate as evaluate_engine
     from fastrl.evaluation.evaluate import validation_sampling
     from fastrl.models.device import resolve_device
@@ -169,12 +174,14 @@ def evaluate(
         vllm_gpu_memory_utilization=gpu_memory_utilization, vllm_dtype=dtype or "auto",
         min_pixels=min_pixels, max_pixels=max_pixels, reward=reward, template=template,
     )
+    prompt_limit = PromptLimit(max_prompt_length, prompt_length_policy, length_key="--max-prompt-length",
+                               policy_key="--prompt-length-policy")
     named = dict(parse_benchmark(b) for b in benchmarks) if not isinstance(benchmarks, Mapping) else benchmarks
     named = {name: list(records[:limit]) if limit else list(records) for name, records in named.items()}
     kit = load_policy_kit(spec, resolve_device(device, key="device") if isinstance(device, str) else device)
     try:
         return evaluate_engine(kit.engine, kit.encode, named,
                                sampling=validation_sampling(sampling, max_new_tokens=max_new_tokens, seed=seed),
-                               k=k, reward_fn_name=reward)
+                               k=k, reward_fn_name=reward, prompt_limit=prompt_limit)
     finally:
         kit.close()

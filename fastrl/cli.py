@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Sequence
 
 from fastrl import api  # torch-free to import: `fastrl --help` stays fast
-from fastrl.config import MODEL_DEVICES, MODEL_DTYPES, ROLLOUT_ENGINES
+from fastrl.config import MODEL_DEVICES, MODEL_DTYPES, PROMPT_LENGTH_POLICIES, ROLLOUT_ENGINES
 
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
@@ -63,7 +63,8 @@ def cmd_eval(args: argparse.Namespace) -> int:
         dtype=args.dtype, sampling=args.sampling, k=args.k, reward=args.reward, template=args.template,
         max_new_tokens=args.max_new_tokens, batch_size=args.batch_size, max_model_len=args.max_model_len,
         gpu_memory_utilization=args.gpu_memory_utilization, min_pixels=args.min_pixels, max_pixels=args.max_pixels,
-        seed=args.seed, limit=args.limit,
+        seed=args.seed, limit=args.limit, max_prompt_length=args.max_prompt_length,
+        prompt_length_policy=args.prompt_length_policy,
     )
     out = Path(args.out)
     write_json(results, out / "eval.json")
@@ -121,6 +122,10 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--template", default="fastrl_math")
     e.add_argument("--max-new-tokens", type=int, default=512)
     e.add_argument("--max-model-len", type=int, default=4096)
+    e.add_argument("--max-prompt-length", type=int, default=2048,
+                   help="problems whose prompt (chat template + image tokens) is longer never reach the engine")
+    e.add_argument("--prompt-length-policy", choices=list(PROMPT_LENGTH_POLICIES), default="filter",
+                   help="filter: drop such problems (counted in n_over_prompt_limit); error: stop, naming the first")
     e.add_argument("--batch-size", type=int, default=32)
     e.add_argument("--gpu-memory-utilization", type=float, default=0.8)
     e.add_argument("--seed", type=int, default=0)

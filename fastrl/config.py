@@ -39,6 +39,8 @@ MODEL_KINDS: tuple[str, ...] = ("qwen2", "llama", "qwen2_5_vl")  # tiny models; 
 MODEL_DTYPES: tuple[str, ...] = ("float32", "bfloat16")
 MODEL_DEVICES: tuple[str, ...] = ("auto", "cpu", "cuda")
 ROLLOUT_ENGINES: tuple[str, ...] = ("hf", "vllm")
+# What happens to a prompt over data.max_prompt_length: dropped (and counted in the log) or an error.
+PROMPT_LENGTH_POLICIES: tuple[str, ...] = ("filter", "error")
 
 
 @dataclass
@@ -88,8 +90,17 @@ class DataConfig:
     ood_variants: list[str] = field(default_factory=list)
     template: str = "fastrl_math"
     reward: str = "math"
+    max_prompt_length: int = 2048
+    # Prompts (chat template + image tokens) over max_prompt_length, in training, validation and
+    # OOD files alike: "filter" drops them and logs how many per file, "error" names the first.
+    prompt_length_policy: str = "filter"
     seed: int = 1234
     shuffle: bool = True
+
+    def __post_init__(self) -> None:
+        _check_choice("data.prompt_length_policy", self.prompt_length_policy, PROMPT_LENGTH_POLICIES)
+        if self.max_prompt_length < 1:
+            raise ConfigError(f"data.max_prompt_length = {self.max_prompt_length} must be >= 1 (tokens)")
 
 
 @dataclass

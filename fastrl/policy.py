@@ -24,7 +24,7 @@ from fastrl.config import ROLLOUT_ENGINES
 from fastrl.data.schema import Record
 from fastrl.models.loaders import is_fastrl_tiny_dir, load_policy
 from fastrl.models.device import resolve_dtype
-from fastrl.models.inputs import PromptInput
+from fastrl.models.inputs import PromptInput, PromptTokens
 from fastrl.models.processing import PromptEncoder
 from fastrl.rollout.base import RolloutEngine
 
@@ -105,9 +105,17 @@ class PolicyKit:
 
     def encode(self, record: Record) -> PromptInput:
         """The record's prompt in the spec's template, tokenized, with its images."""
+        return self.encoder.materialize(self.tokenize(record))
+
+    def tokenize(self, record: Record) -> PromptTokens:
+        """The record's prompt token ids and image references, without pixel tensors (what a
+        trainer keeps per record; ``materialize`` builds the rest for a batch)."""
         from fastrl.data.templates import build_prompt_text
 
-        return self.encoder.encode(record.uid, build_prompt_text(record, self.spec.template), list(record.images))
+        return self.encoder.tokenize(record.uid, build_prompt_text(record, self.spec.template), list(record.images))
+
+    def materialize(self, tokens: PromptTokens) -> PromptInput:
+        return self.encoder.materialize(tokens)
 
     def score(self, texts: Sequence[str], records: Sequence[Record]) -> tuple[list[dict[str, float]], dict[str, float]]:
         """``texts[i]`` scored against ``records[i]`` by the spec's reward: (scores, failure stats)."""

@@ -7,8 +7,12 @@ The trainer calls them through the pruner classes at the end of this module (:cl
 
 MDAP, released rule (``rule="release"``, the authors' released code; docs/algorithms.md):
 
-1. Questions (uids) are processed in ascending uid order (:func:`question_order_key`), so the
-   result does not depend on how ranks interleave questions in the batch.
+1. Questions are processed in ascending *question id* when the batch has them (the integer
+   dataset row the release sorts by: its ``question_id`` is the row's index in the training set),
+   else in ascending uid order (:func:`question_order_key`); either way the result does not depend
+   on how ranks interleave questions in the batch. String uids ("geometry3k-train-123") sort
+   lexicographically ("...-10" < "...-9"), so without question ids a partial refill can go to
+   other questions than the release's.
 2. Inside a question, responses are bucketed by their advantage rounded to 4 decimals
    (half-to-even on A * 10^4), for discrete and continuous rewards alike.
 3. Each bucket's **seed** is its largest-|A| response (ties: the first in the question's
@@ -57,6 +61,14 @@ def question_order_key(uid: Hashable) -> tuple:
     if isinstance(uid, str):
         return (1, 0, uid)
     return (2, 0, f"{type(uid).__name__}:{uid!r}")
+
+
+def question_sort_key(uid: Hashable, question_id: int | None) -> tuple:
+    """MDAP step 1's order: questions with an integer question id first, ascending (the release),
+    then the others by :func:`question_order_key`; the uid breaks ties between equal ids."""
+    if isinstance(question_id, int) and not isinstance(question_id, bool):
+        return (0, question_id, *question_order_key(uid))
+    return (1, 0, *question_order_key(uid))
 
 
 def bucket_key(advantage: float) -> int:
@@ -113,13 +125,15 @@ class _Questions:
     order: list[int]  # question indices in ascending question_order_key (MDAP step 1)
 
     @staticmethod
-    def build(advantages: Tensor | Sequence[float], uids: Sequence[Hashable], where: str) -> "_Questions":
+    def build(advantages: Tensor | Sequence[float], uids: Sequence[Hashable], where: str,
+              question_ids: Sequence[int | None] | None = None) -> "_Questions":
         adv_t = as_1d_float(advantages, "advantages", where)
         gid, unique = group_index(uids, adv_t.numel(), where)
         members: list[list[int]] = [[] for _ in unique]
         for i, q in enumerate(gid.tolist()):
             members[q].append(i)
-        order = sorted(range(len(unique)), key=lambda q: question_order_key(unique[q]))
+        ids = _question_ids(question_ids, members, unique, where)
+        order = sorted(range(len(unique)), key=lambda q: question_sort_key(unique[q], ids[q]))
         return _Questions(adv_t.double().tolist(), unique, members, order)
 
     def buckets(self, q: int) -> list[list[int]]:
@@ -135,6 +149,23 @@ class _Questions:
 
     def final_counts(self, keep: list[bool]) -> dict[Hashable, int]:
         return {self.uids[q]: sum(keep[i] for i in mem) for q, mem in enumerate(self.members)}
+
+
+def _question_ids(question_ids: Sequence[int | None] | None, members: list[list[int]],
+                  unique: list[Hashable], where: str) -> list[int | None]:
+    """Each question's id (one per response given; a question's responses must agree)."""
+    if question_ids is None:
+        return [None] * len(unique)
+    n = sum(len(m) for m in members)
+    if len(question_ids) != n:
+        raise ValueError(f"{where}: len(question_ids) = {len(question_ids)} does not match the batch size {n}")
+    out = []
+    for q, mem in enumerate(members):
+        ids = {question_ids[i] for i in mem}
+        if len(ids) != 1:
+            raise ValueError(f"{where}: the responses of question {unique[q]!r} carry question ids {sorted(ids, key=repr)}")
+        out.append(ids.pop())
+    return out
 
 
 def _check_align(align_to: int, where: str) -> None:
@@ -196,6 +227,7 @@ def mdap_prune(
     tau: float = 0.8,
     align_to: int = 1,
     rule: MDAPRule = "release",
+    question_ids: Sequence[int | None] | None = None,
 ) -> PruneResult:
     """MDAP with its per-step log (see the module docstring for the rules).
 
@@ -207,6 +239,8 @@ def mdap_prune(
         tau: in [0, 1]; release keeps a member iff J(member, seed) < 1 - tau.
         align_to: d, the kept count is refilled up to a multiple of d (1: no alignment).
         rule: ``release`` (default) or ``greedy``.
+        question_ids: length N, the integer question id (dataset row) of each response's question,
+            or None per question without one; orders the questions (step 1). None: uid order.
 
     ``tau`` and ``rule`` are taken as given: :class:`MDAPPruner` checks them once, when built.
 
@@ -215,7 +249,7 @@ def mdap_prune(
     """
     where = "mdap_prune"
     _check_align(align_to, where)
-    qs = _Questions.build(advantages, uids, where)
+    qs = _Questions.build(advantages, uids, where, question_ids)
     n = len(qs.adv)
     packed = as_packed(token_ids, n, where)
     gid = torch.empty(n, dtype=torch.long)
@@ -272,22 +306,25 @@ def mdap_select(
     tau: float = 0.8,
     align_to: int = 1,
     rule: MDAPRule = "release",
+    question_ids: Sequence[int | None] | None = None,
 ) -> Tensor:
     """MDAP's kept indices: [N] advantages, N uids, N token sequences -> sorted LongTensor [K].
 
     K is a multiple of ``align_to`` whenever the batch holds enough pruned responses to refill;
     see :func:`mdap_prune` for the arguments and the per-step statistics.
     """
-    return mdap_prune(advantages, uids, token_ids, tau=tau, align_to=align_to, rule=rule).kept
+    return mdap_prune(advantages, uids, token_ids, tau=tau, align_to=align_to, rule=rule,
+                      question_ids=question_ids).kept
 
 
 def advantage_only_prune(
-    advantages: Tensor | Sequence[float], uids: Sequence[Hashable], *, align_to: int = 1
+    advantages: Tensor | Sequence[float], uids: Sequence[Hashable], *, align_to: int = 1,
+    question_ids: Sequence[int | None] | None = None,
 ) -> PruneResult:
     """Table 5's "advantage only": the seed of every advantage bucket (MDAP at tau = 1), then the refill."""
     where = "advantage_only_prune"
     _check_align(align_to, where)
-    qs = _Questions.build(advantages, uids, where)
+    qs = _Questions.build(advantages, uids, where, question_ids)
     keep = [False] * len(qs.adv)
     num_buckets = 0
     for q in qs.order:
@@ -303,7 +340,8 @@ def _keep_count(n: int, prune_rate: float) -> int:
 
 
 def cppo_prune(
-    advantages: Tensor | Sequence[float], uids: Sequence[Hashable], *, prune_rate: float = 0.5, dp_multiple: int = 1
+    advantages: Tensor | Sequence[float], uids: Sequence[Hashable], *, prune_rate: float = 0.5, dp_multiple: int = 1,
+    question_ids: Sequence[int | None] | None = None,
 ) -> PruneResult:
     """CPPO: per question keep the top k = max(1, floor(n (1 - P))) responses by |A|.
 
@@ -313,7 +351,7 @@ def cppo_prune(
     """
     where = "cppo_prune"
     _check_align(dp_multiple, where)
-    qs = _Questions.build(advantages, uids, where)
+    qs = _Questions.build(advantages, uids, where, question_ids)
     keep = [False] * len(qs.adv)
     for mem in qs.members:
         ranked = sorted(range(len(mem)), key=lambda r: (-abs(qs.adv[mem[r]]), 0 if qs.adv[mem[r]] > 0 else 1, r))
@@ -336,17 +374,18 @@ def random_prune(
     prune_rate: float = 0.5,
     align_to: int = 1,
     generator: torch.Generator | None = None,
+    question_ids: Sequence[int | None] | None = None,
 ) -> PruneResult:
     """Random pruning (Table 5): per question keep max(1, floor(n (1 - P))) responses at random.
 
-    Questions are visited in ascending uid order, each drawing ``torch.randperm(n)`` from
+    Questions are visited in MDAP's step-1 order (question id, else uid), each drawing ``torch.randperm(n)`` from
     ``generator``, so a seeded generator gives a reproducible, rank-independent choice.
     Advantages are used only by the refill. ``prune_rate`` is taken as given
     (:class:`RandomPruner` checks it).
     """
     where = "random_prune"
     _check_align(align_to, where)
-    qs = _Questions.build(advantages, uids, where)
+    qs = _Questions.build(advantages, uids, where, question_ids)
     keep = [False] * len(qs.adv)
     for q in qs.order:
         mem = qs.members[q]
@@ -386,7 +425,8 @@ class KeepAllPruner:
     prune_first: ClassVar[bool] = True
 
     def __call__(self, advantages: Tensor, uids: Sequence[Hashable], token_ids: TokenIds, *,
-                 align_to: int = 1, generator: torch.Generator | None = None) -> PruneResult:
+                 align_to: int = 1, generator: torch.Generator | None = None,
+                 question_ids: Sequence[int | None] | None = None) -> PruneResult:
         return keep_all_prune(advantages, uids)
 
 
@@ -404,8 +444,10 @@ class MDAPPruner:
             raise ValueError(f"MDAPPruner: rule = {self.rule!r} is not one of {', '.join(MDAP_RULES)}")
 
     def __call__(self, advantages: Tensor, uids: Sequence[Hashable], token_ids: TokenIds, *,
-                 align_to: int = 1, generator: torch.Generator | None = None) -> PruneResult:
-        return mdap_prune(advantages, uids, token_ids, tau=self.tau, align_to=align_to, rule=self.rule)
+                 align_to: int = 1, generator: torch.Generator | None = None,
+                 question_ids: Sequence[int | None] | None = None) -> PruneResult:
+        return mdap_prune(advantages, uids, token_ids, tau=self.tau, align_to=align_to, rule=self.rule,
+                          question_ids=question_ids)
 
 
 @dataclass(frozen=True)
@@ -420,8 +462,9 @@ class CPPOPruner:
         check_fraction(self.prune_rate, "prune_rate", "CPPOPruner")
 
     def __call__(self, advantages: Tensor, uids: Sequence[Hashable], token_ids: TokenIds, *,
-                 align_to: int = 1, generator: torch.Generator | None = None) -> PruneResult:
-        return cppo_prune(advantages, uids, prune_rate=self.prune_rate, dp_multiple=align_to)
+                 align_to: int = 1, generator: torch.Generator | None = None,
+                 question_ids: Sequence[int | None] | None = None) -> PruneResult:
+        return cppo_prune(advantages, uids, prune_rate=self.prune_rate, dp_multiple=align_to, question_ids=question_ids)
 
 
 @dataclass(frozen=True)
@@ -435,8 +478,10 @@ class RandomPruner:
         check_fraction(self.prune_rate, "prune_rate", "RandomPruner")
 
     def __call__(self, advantages: Tensor, uids: Sequence[Hashable], token_ids: TokenIds, *,
-                 align_to: int = 1, generator: torch.Generator | None = None) -> PruneResult:
-        return random_prune(advantages, uids, prune_rate=self.prune_rate, align_to=align_to, generator=generator)
+                 align_to: int = 1, generator: torch.Generator | None = None,
+                 question_ids: Sequence[int | None] | None = None) -> PruneResult:
+        return random_prune(advantages, uids, prune_rate=self.prune_rate, align_to=align_to, generator=generator,
+                            question_ids=question_ids)
 
 
 @dataclass(frozen=True)
@@ -446,5 +491,6 @@ class AdvantageOnlyPruner:
     prune_first: ClassVar[bool] = True
 
     def __call__(self, advantages: Tensor, uids: Sequence[Hashable], token_ids: TokenIds, *,
-                 align_to: int = 1, generator: torch.Generator | None = None) -> PruneResult:
-        return advantage_only_prune(advantages, uids, align_to=align_to)
+                 align_to: int = 1, generator: torch.Generator | None = None,
+                 question_ids: Sequence[int | None] | None = None) -> PruneResult:
+        return advantage_only_prune(advantages, uids, align_to=align_to, question_ids=question_ids)

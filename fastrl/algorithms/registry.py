@@ -89,7 +89,11 @@ class Pruner(Protocol):
         ...
 
     def __call__(self, advantages: Tensor, uids: Sequence[Hashable], token_ids: TokenIds, *,
-                 align_to: int, generator: torch.Generator | None) -> PruneResult: ...
+                 align_to: int, generator: torch.Generator | None,
+                 question_ids: Sequence[int | None] | None = None) -> PruneResult:
+        """``question_ids``: per response, its question's integer dataset row (None: none); the
+        release visits questions in ascending question id (fastrl.algorithms.pruning, step 1)."""
+        ...
 
 
 class RolloutScaler(Protocol):

@@ -33,6 +33,9 @@ class Record:
     images: list[Any] = field(default_factory=list)  # PIL images, paths or encoded bytes
     choices: list[str] | None = None
     meta: dict[str, Any] = field(default_factory=dict)
+    # The record's integer row in the training set (set when a run loads its train files; not
+    # stored in files): the release's ``question_id``, which orders MDAP's questions.
+    row_id: int | None = field(default=None, compare=False)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -58,6 +61,21 @@ class RecordError(ValueError):
         where = f"file {file!r}, " if file is not None else ""
         where += f"row {row}, " if row is not None else ""
         super().__init__(f"{where}field {field!r} (uid={uid!r}): {message}")
+
+
+# ``meta.question_type`` values that mark a multiple-choice row (MathVista writes ``multi_choice``,
+# MathVerse ``multi-choice``); MathVision marks options drawn in the image with ``options_in_image``.
+MULTIPLE_CHOICE_TYPES = frozenset({"multi_choice", "multi-choice", "multiple_choice", "multiple-choice"})
+
+
+def is_multiple_choice(choices: list[str] | None, meta: dict[str, Any] | None) -> bool:
+    """Whether a row asks for an option letter: it lists ``choices``, or its options are shown only
+    in the image (``meta.options_in_image``, or a multiple-choice ``meta.question_type``). Every
+    other row is free-form (MathVision's numeric questions, MathVista's ``free_form`` rows)."""
+    if choices:
+        return True
+    meta = meta or {}
+    return bool(meta.get("options_in_image")) or meta.get("question_type") in MULTIPLE_CHOICE_TYPES
 
 
 def unknown_placeholders(problem: str) -> list[str]:

@@ -9,12 +9,15 @@ its reward checks.
   final answer in ``\\boxed{}``; scored by ``math`` (accuracy + 0.5·format).
 - ``easyr1_math``: EasyR1's own ``<think> </think>`` wording; scored by ``easyr1_math``.
 - ``fastrl_mc``: the paper's format plus the options listed as ``A. ...``; the letter goes in the box.
+  A free-form row of a multiple-choice benchmark (no options listed or drawn, see
+  ``fastrl.data.schema.is_multiple_choice``) gets ``fastrl_math``'s instruction instead: the
+  answer itself goes in the box (the ``mc`` reward grades such rows as ``math`` does).
 - ``fastrl_grounding``: the paper's format, the box ``[x1, y1, x2, y2]`` (pixels) in ``\\boxed{}``.
 """
 
 from __future__ import annotations
 
-from fastrl.data.schema import Record
+from fastrl.data.schema import Record, is_multiple_choice
 
 FASTRL_INSTRUCTION = (
     "You FIRST think about the reasoning process as an internal monologue and then provide the final answer. "
@@ -57,6 +60,8 @@ def _easyr1(record: Record) -> str:
 
 
 def _mc(record: Record) -> str:
+    if not is_multiple_choice(record.choices, record.meta):
+        return _math(record)  # free-form (MathVision's numeric rows): the answer, not a letter
     if not record.choices:
         # Options shown only in the image (MathVision, MathVerse vision-only): no list to print.
         return f"{record.problem.strip()}\n{MC_INSTRUCTION}"

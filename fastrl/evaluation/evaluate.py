@@ -16,6 +16,7 @@ import time
 from typing import Any, Callable, Mapping, Sequence
 
 from fastrl import metric_keys as K
+from fastrl.data.prompt_limit import PromptLimit
 from fastrl.data.schema import Record
 from fastrl.evaluation.metrics import average_over_benchmarks, benchmark_metrics
 from fastrl.rewards import get_reward_fn, score_batch
@@ -57,10 +58,14 @@ def evaluate(
     correct_threshold: float = 0.5,
     reward_timeout_s: float = DEFAULT_TIMEOUT_S,
     keep_responses: bool = False,
+    prompt_limit: PromptLimit | None = None,
 ) -> dict[str, Any]:
     """Evaluate ``engine`` on each benchmark; returns a JSON-ready dict.
 
     ``reward_fn_name`` is one registry name for all benchmarks or a per-benchmark mapping.
+    ``prompt_limit``: problems whose prompt is over its ``max_prompt_length`` never reach the
+    engine (vLLM would reject the whole batch): dropped and counted in ``n_over_prompt_limit``, or
+    an error naming benchmark, row and uid (its ``policy``).
     Result: ``{"k", "sampling", "reward_fn", "benchmarks": {name: {n_problems, accuracy, avg@k,
     pass@k, pass@1, mean_reward, format_rate, reward/failures, reward/timeouts, gen_s}},
     "average": {...}, "per_problem": {name: [{uid, n_correct, scores[, responses]}]}}``.
@@ -81,6 +86,15 @@ def evaluate(
         if not records:
             raise ValueError(f"benchmark {bench!r} has no records")
         prompts = [encode_prompt(r) for r in records]
+        n_over = 0
+        if prompt_limit is not None:
+            keep = prompt_limit.keep(records, [len(p.prompt_ids) for p in prompts], [r.uid for r in records],
+                                     where=f"benchmark {bench!r}")
+            n_over = len(records) - len(keep)
+            records, prompts = [records[i] for i in keep], [prompts[i] for i in keep]
+            if not records:
+                raise ValueError(f"benchmark {bench!r}: every prompt is over {prompt_limit.length_key}="
+                                 f"{prompt_limit.max_prompt_length} tokens")
         t0 = time.perf_counter()
         responses = engine.generate(prompts, k, sampling)
         gen_s = time.perf_counter() - t0
@@ -100,6 +114,7 @@ def evaluate(
         m[K.REWARD_FAILURES] = stats[K.REWARD_FAILURES]
         m[K.REWARD_TIMEOUTS] = stats[K.REWARD_TIMEOUTS]
         m["gen_s"] = gen_s
+        m["n_over_prompt_limit"] = float(n_over)
         per_bench[bench] = m
         rows = []
         for i, rec in enumerate(records):

@@ -12,6 +12,12 @@ there without torchvision.
 Paper-scale VL prompts resize each image first as qwen-vl-utils' ``fetch_image`` does
 (``min_pixels`` / ``max_pixels``, ``fastrl.data.vision``), so the image-token count is the
 paper's; the image processor is then called with the same bounds and keeps that size.
+
+Two steps, so that a trainer can keep every record's prompt without its pixels:
+``tokenize`` gives the token ids and image grids from the images' sizes alone (no pixel tensor is
+built: the resize rule decides the grid), ``materialize`` builds the resized images and pixel
+values for one batch and checks the image processor produced the grid ``tokenize`` counted.
+``encode`` is the two in a row.
 """
 
 from __future__ import annotations
@@ -25,8 +31,8 @@ from PIL import Image
 
 from fastrl.data.images import to_rgb
 from fastrl.data.schema import IMAGE_PLACEHOLDER
-from fastrl.data.vision import resize_image
-from fastrl.models.inputs import PromptInput
+from fastrl.data.vision import resize_image, smart_resize
+from fastrl.models.inputs import PromptInput, PromptTokens
 
 VISION_START = "<|vision_start|>"
 VISION_END = "<|vision_end|>"
@@ -52,6 +58,24 @@ def to_pil(image: Any, *, where: str) -> Image.Image:
         return to_rgb(img)
     except (OSError, ValueError) as err:
         raise ValueError(f"{where}: image does not open ({err})") from err
+
+
+def image_size(image: Any, *, where: str) -> tuple[int, int]:
+    """(width, height) of an image reference, reading only the file header for paths and bytes."""
+    if isinstance(image, Image.Image):
+        return image.size
+    try:
+        if isinstance(image, dict):
+            image = image["bytes"] if image.get("bytes") is not None else image.get("path")
+        if isinstance(image, (bytes, bytearray)):
+            with Image.open(io.BytesIO(image)) as img:
+                return img.size
+        if isinstance(image, (str, Path)):
+            with Image.open(image) as img:
+                return img.size
+    except (OSError, ValueError) as err:
+        raise ValueError(f"{where}: image does not open ({err})") from err
+    raise ValueError(f"{where}: image does not open (unsupported image type {type(image).__name__})")
 
 
 class PromptEncoder:
@@ -135,9 +159,25 @@ class PromptEncoder:
         messages.append({"role": "user", "content": text})
         return self.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
 
-    def encode(self, uid: str, text: str, images: Sequence[Any]) -> PromptInput:
-        """Encode one prompt. ``model_inputs`` for VL: ``pixel_values`` [P, C],
-        ``image_grid_thw`` [I, 3], ``mm_token_type_ids`` [L] (1 on image tokens, else 0)."""
+    def image_grid(self, width: int, height: int) -> tuple[int, int, int]:
+        """The (t, h, w) patch grid the image processor gives an image of this size, after the
+        qwen-vl-utils resize when min/max pixels are set: the same two resize rules, on sizes only."""
+        ip = self.image_processor
+        patch, merge = int(ip.patch_size), int(ip.merge_size)
+        if self.min_pixels is not None:
+            height, width = smart_resize(height, width, min_pixels=self.min_pixels, max_pixels=self.max_pixels,  # type: ignore[arg-type]
+                                         factor=patch * merge)
+            bounds = (self.min_pixels, self.max_pixels)
+        else:
+            bounds = (ip.size["shortest_edge"], ip.size["longest_edge"])
+        if getattr(ip, "do_resize", True):
+            from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import smart_resize as processor_resize
+
+            height, width = processor_resize(height, width, factor=patch * merge, min_pixels=bounds[0], max_pixels=bounds[1])
+        return 1, height // patch, width // patch
+
+    def tokenize(self, uid: str, text: str, images: Sequence[Any]) -> PromptTokens:
+        """Token ids with image tokens expanded, and image grids, from the images' sizes only."""
         n_placeholders = text.count(IMAGE_PLACEHOLDER)
         if n_placeholders != len(images):
             raise ValueError(
@@ -146,27 +186,52 @@ class PromptEncoder:
         if images and self.image_processor is None:
             raise ValueError(f"uid={uid}: prompt has {len(images)} images but the model has no image processor")
         prompt = self.format_text(text)
-        pil = [self._prepare_image(im, where=f"uid={uid} image {i}") for i, im in enumerate(images)]
-        model_inputs: dict[str, torch.Tensor] = {}
-        if pil:
-            out = self._process_images(pil)
-            grid = out["image_grid_thw"]  # [I, 3]: temporal, height, width patches
+        grid: torch.Tensor | None = None
+        if images:
+            grids = []
+            for i, im in enumerate(images):
+                where = f"uid={uid} image {i}"
+                w, h = image_size(im, where=where)
+                try:
+                    grids.append(self.image_grid(w, h))
+                except ValueError as err:  # smart_resize's aspect-ratio limit
+                    raise ValueError(f"{where}: {err}") from err
+            grid = torch.tensor(grids, dtype=torch.long)  # [I, 3]
             merge = int(self.image_processor.merge_size)
             counts = (grid.prod(dim=-1) // (merge * merge)).tolist()
             pieces = prompt.split(IMAGE_PLACEHOLDER)
             prompt = pieces[0]
             for k, tail in zip(counts, pieces[1:]):
                 prompt += VISION_START + IMAGE_PAD * int(k) + VISION_END + tail
-            model_inputs["pixel_values"] = out["pixel_values"]
-            model_inputs["image_grid_thw"] = grid
         ids = self.tokenizer(prompt, add_special_tokens=False)["input_ids"]
         if self.max_prompt_length is not None and len(ids) > self.max_prompt_length:
             raise ValueError(f"uid={uid}: prompt is {len(ids)} tokens, max_prompt_length={self.max_prompt_length}")
-        if pil:
-            id_tensor = torch.tensor(ids, dtype=torch.long)
-            n_img_tokens = int((id_tensor == self.image_token_id).sum())
+        if grid is not None:
+            n_img_tokens = sum(1 for i in ids if i == self.image_token_id)
             expected = int(sum(counts))
             if n_img_tokens != expected:  # e.g. a placeholder the chat template dropped
                 raise ValueError(f"uid={uid}: {n_img_tokens} image tokens after tokenization, expected {expected}")
+        return PromptTokens(uid=uid, prompt_ids=list(ids), image_refs=list(images), image_grid_thw=grid)
+
+    def materialize(self, tokens: PromptTokens) -> PromptInput:
+        """The full prompt of one batch: resized PIL images and, for VL, ``model_inputs``
+        ``pixel_values`` [P, C], ``image_grid_thw`` [I, 3], ``mm_token_type_ids`` [L] (1 on image
+        tokens, else 0)."""
+        uid = tokens.uid
+        pil = [self._prepare_image(im, where=f"uid={uid} image {i}") for i, im in enumerate(tokens.image_refs)]
+        model_inputs: dict[str, torch.Tensor] = {}
+        if pil:
+            out = self._process_images(pil)
+            grid = out["image_grid_thw"]  # [I, 3]: temporal, height, width patches
+            if tokens.image_grid_thw is None or not torch.equal(grid.to(torch.long), tokens.image_grid_thw):
+                raise ValueError(f"uid={uid}: the image processor gave grids {grid.tolist()}, the prompt was "
+                                 f"tokenized for {None if tokens.image_grid_thw is None else tokens.image_grid_thw.tolist()}")
+            model_inputs["pixel_values"] = out["pixel_values"]
+            model_inputs["image_grid_thw"] = grid
+            id_tensor = torch.tensor(tokens.prompt_ids, dtype=torch.long)
             model_inputs["mm_token_type_ids"] = (id_tensor == self.image_token_id).to(torch.int32)
-        return PromptInput(uid=uid, prompt_ids=list(ids), images=pil, model_inputs=model_inputs)
+        return PromptInput(uid=uid, prompt_ids=list(tokens.prompt_ids), images=pil, model_inputs=model_inputs)
+
+    def encode(self, uid: str, text: str, images: Sequence[Any]) -> PromptInput:
+        """Encode one prompt: ``tokenize`` then ``materialize``."""
+        return self.materialize(self.tokenize(uid, text, images))

@@ -4,12 +4,18 @@ The boxed answer may be a letter (``B``, ``(B)``, ``B.``, ``\\text{B}``) or an o
 ground truth may be either too. With ``choices`` both sides are mapped to an option index and
 compared; without ``choices`` (options shown only in the image) letters are compared directly and
 anything else falls back to mathruler grading. Score: accuracy + 0.5 · format (paper's weights).
+
+Multiple-choice benchmarks mix in free-form rows (113 of MathVision testmini's 304, MathVista's
+``free_form`` rows): a row that neither lists nor draws options (``fastrl.data.schema.
+is_multiple_choice``) is graded exactly as the ``math`` reward grades it, never as a letter.
 """
 
 from __future__ import annotations
 
 import re
-from typing import Sequence
+from typing import Any, Mapping, Sequence
+
+from fastrl.data.schema import is_multiple_choice
 
 from fastrl.rewards.common import extract_boxed, format_ok, grade, normalize_tags
 from fastrl.rewards.math import PAPER_FORMAT_WEIGHT
@@ -66,10 +72,14 @@ def mc_match(pred: str, ground_truth: str, choices: Sequence[str] | None) -> boo
 
 
 def mc_compute_score_unguarded(
-    response: str, ground_truth: str, *, choices: Sequence[str] | None = None, **record_fields: object
+    response: str, ground_truth: str, *, choices: Sequence[str] | None = None,
+    meta: Mapping[str, Any] | None = None, **record_fields: object,
 ) -> dict[str, float]:
     resp = normalize_tags(response)
     fmt = 1.0 if format_ok(resp, "thinking") else 0.0
     pred = extract_boxed(resp)
-    acc = 1.0 if pred is not None and mc_match(pred, ground_truth, choices) else 0.0
+    if is_multiple_choice(list(choices) if choices else None, dict(meta) if meta else None):
+        acc = 1.0 if pred is not None and mc_match(pred, ground_truth, choices) else 0.0
+    else:  # a free-form row: the math reward's rule (mathruler on the boxed answer)
+        acc = 1.0 if grade(pred, ground_truth) else 0.0
     return {"overall": acc + PAPER_FORMAT_WEIGHT * fmt, "format": fmt, "accuracy": acc}

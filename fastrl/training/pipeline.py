@@ -25,7 +25,9 @@ import torch
 from fastrl import metric_keys as K
 from fastrl.algorithms.pruning import PruneResult
 from fastrl.config import FastRLConfig, save_config, to_dict
+from fastrl.data.prompt_limit import PromptLimit, PromptTooLongError
 from fastrl.data.schema import Record
+from fastrl.models.inputs import PromptTokens
 from fastrl.rollout.base import PromptInput, Response, SamplingConfig
 from fastrl.training import distributed as dist
 from fastrl.training.batch import RolloutBatch
@@ -68,16 +70,46 @@ class Trainer:
             save_config(cfg, self.run_dir / "config.yaml")
         dist.barrier()
         self.policy: PolicyBundle = build_policy(cfg)
-        self.train_records, self.val_records, self.ood_records = load_datasets(cfg)
+        # Token ids and image references of every record, never pixel tensors (a float32
+        # Qwen2.5-VL image is megabytes): those are built per batch (``materialize``).
+        self._encoded: dict[str, PromptTokens] = {}
+        self.prompt_limit = PromptLimit(cfg.data.max_prompt_length, cfg.data.prompt_length_policy)
+        self.train_records, self.val_records, self.ood_records = load_datasets(
+            cfg, within_limit=self._within_prompt_limit)
         self.state = TrainState()
         self.logger = RunLogger(self.run_dir, tensorboard=cfg.trainer.tensorboard, enabled=dist.is_main())
-        self._encoded: dict[str, PromptInput] = {}
 
     # ------------------------------------------------------------------ data
-    def encode(self, record: Record) -> PromptInput:
+    def prompt_tokens(self, record: Record) -> PromptTokens:
+        """The record's prompt token ids and image references (cached per uid)."""
         if record.uid not in self._encoded:
-            self._encoded[record.uid] = self.policy.encode(record)
+            self._encoded[record.uid] = self.policy.kit.tokenize(record)
         return self._encoded[record.uid]
+
+    def encode(self, record: Record) -> PromptInput:
+        """The record's full prompt (pixel values included), built now and not kept."""
+        return self.policy.kit.materialize(self.prompt_tokens(record))
+
+    def materialize(self, records: Sequence[Record]) -> dict[str, PromptInput]:
+        """Full prompts of one batch, one per distinct uid, shared by all its responses."""
+        out: dict[str, PromptInput] = {}
+        for r in records:
+            if r.uid not in out:
+                out[r.uid] = self.encode(r)
+        return out
+
+    def _within_prompt_limit(self, records: list[Record], where: str) -> list[Record]:
+        """``records`` whose prompt fits data.max_prompt_length (measured by the real encoding,
+        whose tokens stay cached); the rest dropped and counted, or an error (data.prompt_length_policy)."""
+        lengths = [len(self.prompt_tokens(r)) for r in records]
+        keep = self.prompt_limit.keep(records, lengths, [r.uid for r in records], where=where)
+        if records and not keep:
+            raise PromptTooLongError(f"{where}: all {len(records)} prompts are over data.max_prompt_length="
+                                     f"{self.prompt_limit.max_prompt_length} tokens; raise it")
+        kept = [records[i] for i in keep]
+        for i in sorted(set(range(len(records))) - set(keep)):
+            self._encoded.pop(records[i].uid, None)
+        return kept
 
     def _epoch_order(self, epoch: int) -> list[int]:
         n = len(self.train_records)
@@ -123,7 +155,8 @@ class Trainer:
         """Rollout for the given prompts (sharded over ranks), then all-gathered, then rewarded."""
         rank, world = dist.rank(), dist.world_size()
         mine = list(range(rank, len(records), world))
-        prompts = [self.encode(records[i]) for i in mine]
+        full = self.materialize(records)  # this batch's pixel values, released with the batch
+        prompts = [full[records[i].uid] for i in mine]
         ns = [self.components.rollout_scaler.n_for(records[i].uid) for i in mine]
         sampling = SamplingConfig(
             temperature=self.cfg.rollout.temperature,
@@ -140,7 +173,7 @@ class Trainer:
         gathered = [item for part in dist.all_gather_object(local) for item in part]
         gathered.sort(key=lambda item: item[0])  # prompt order, stable within a prompt
         batch = RolloutBatch(
-            prompts=[self.encode(records[g[0]]) for g in gathered],
+            prompts=[full[records[g[0]].uid] for g in gathered],
             uids=[records[g[0]].uid for g in gathered],
             response_ids=[list(g[1]) for g in gathered],
             texts=[g[2] for g in gathered],
@@ -188,7 +221,8 @@ class Trainer:
     def prune(self, batch: RolloutBatch) -> PruneResult:
         g = torch.Generator().manual_seed(self.cfg.trainer.seed * 104_729 + self.state.step)
         result = self.components.pruner(
-            batch.advantages, batch.uids, batch.response_ids, align_to=self.align_to(), generator=g
+            batch.advantages, batch.uids, batch.response_ids, align_to=self.align_to(), generator=g,
+            question_ids=[r.row_id for r in batch.records],  # the release's question order
         )
         world = dist.world_size()
         if len(result.kept) % world:
@@ -333,7 +367,8 @@ class Trainer:
             max_new_tokens=self.cfg.rollout.max_new_tokens, seed=self.cfg.trainer.seed,
         )
         k = self.cfg.rollout.val_n
-        responses = self.policy.engine.generate([self.encode(r) for r in mine], k, sampling) if mine else []
+        prompts = self.materialize(mine)
+        responses = self.policy.engine.generate([prompts[r.uid] for r in mine], k, sampling) if mine else []
         scores, _ = self.policy.score([r.text for r in responses], [mine[r.prompt_index] for r in responses])
         first: set[int] = set()
         local = []

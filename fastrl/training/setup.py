@@ -10,7 +10,7 @@ from __future__ import annotations
 import sys
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import torch
 
@@ -209,23 +209,31 @@ def build_policy(cfg: FastRLConfig) -> PolicyBundle:
     return PolicyBundle(cfg=cfg, path=Path(path), actor=actor, reference=reference, kit=kit)
 
 
-def load_datasets(cfg: FastRLConfig) -> tuple[list[Record], list[Record], dict[str, list[Record]]]:
-    """Train, validation and out-of-domain records for the configured task."""
+def load_datasets(
+    cfg: FastRLConfig, within_limit: Callable[[list[Record], str], list[Record]] | None = None,
+) -> tuple[list[Record], list[Record], dict[str, list[Record]]]:
+    """Train, validation and out-of-domain records for the configured task. ``within_limit(records,
+    where)`` (the trainer's prompt-length limit) is applied to each file or generated split."""
     d = cfg.data
+    limit = within_limit or (lambda records, where: records)
     if d.task == "files":
         from fastrl.data.loaders import load_records
 
         if not d.train_files:
             raise DataError("data.task = files needs data.train_files (paths to canonical parquet/jsonl)")
-        train = [r for f in d.train_files for r in load_records(f)]
-        val = [r for f in d.val_files for r in load_records(f)]
-        ood = {Path(f).stem: load_records(f) for f in d.ood_variants}
+        train = [r for f in d.train_files for r in limit(load_records(f), f)]
+        for row, r in enumerate(train):  # the release's question_id: start offset + row, file after file
+            r.row_id = row
+        val = [r for f in d.val_files for r in limit(load_records(f), f)]
+        ood = {Path(f).stem: limit(load_records(f), f) for f in d.ood_variants}
         return train, val, ood
     from fastrl.mini.tasks import generate_task
 
-    train = generate_task(d.task, split="train", num=d.num_train, seed=d.seed, variant=d.variant)
-    val = generate_task(d.task, split="val", num=d.num_val, seed=d.seed, variant=d.variant)
-    ood = {v: generate_task(d.task, split="val", num=d.num_val, seed=d.seed, variant=v) for v in d.ood_variants}
+    train = limit(generate_task(d.task, split="train", num=d.num_train, seed=d.seed, variant=d.variant),
+                  f"{d.task} train")
+    val = limit(generate_task(d.task, split="val", num=d.num_val, seed=d.seed, variant=d.variant), f"{d.task} val")
+    ood = {v: limit(generate_task(d.task, split="val", num=d.num_val, seed=d.seed, variant=v), f"{d.task}:{v} val")
+           for v in d.ood_variants}
     if not train:
         raise DataError(f"data.task = {d.task!r} generated no training records (data.num_train = {d.num_train})")
     return train, val, ood
