@@ -158,6 +158,7 @@ def evaluate(
     from fastrl.evaluation.evaluate import evaluate as evaluate_engine
     from fastrl.evaluation.evaluate import validation_sampling
     from fastrl.models.device import resolve_device
+    from fastrl.config import HFEngineConfig, VLLMEngineConfig
     from fastrl.policy import PolicySpec, load_policy_kit
 
     model_path = Path(model)
@@ -165,8 +166,9 @@ def evaluate(
         model_path = model_path / "final"
     spec = PolicySpec(
         path=model_path if model_path.exists() else str(model), dtype=dtype or "float32", engine=engine,
-        hf_batch_size=batch_size, seed=seed, vllm_max_model_len=max_model_len,
-        vllm_gpu_memory_utilization=gpu_memory_utilization, vllm_dtype=dtype or "auto",
+        seed=seed, hf=HFEngineConfig(batch_size=batch_size),
+        vllm=VLLMEngineConfig(max_model_len=max_model_len, gpu_memory_utilization=gpu_memory_utilization,
+                              dtype=dtype or "auto", sleep=False),  # evaluation never sleeps
         min_pixels=min_pixels, max_pixels=max_pixels, reward=reward, template=template,
     )
     named = dict(parse_benchmark(b) for b in benchmarks) if not isinstance(benchmarks, Mapping) else benchmarks

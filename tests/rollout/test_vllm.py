@@ -20,12 +20,11 @@ import pytest
 import torch
 
 from fastrl.rollout.base import PromptInput, SamplingConfig
+from fastrl.rollout.logprob_check import logprob_check, pad_ragged
 from fastrl.rollout.vllm import (
     check_vl_support,
     collapse_image_tokens,
     expand_n,
-    logprob_check,
-    pad_ragged,
     request_seeds,
     resolve_sync_method,
 )
@@ -330,7 +329,7 @@ def _push(setup, which: str, method: str) -> None:
     engine = setup["engine"]
     engine.sync_method = method
     try:
-        engine.sync_weights(setup["ref"].named_tensors(which))
+        engine.update_weights(setup["ref"].named_tensors(which))
     finally:
         engine.sync_method = "cpu_repack"
 
@@ -399,7 +398,7 @@ def test_sync_matches_transformers_on_new_weights(setup):
     engine, ref = setup["engine"], setup["ref"]
     _push(setup, "w0", "cpu_repack")
     t0 = time.perf_counter()
-    engine.sync_weights(ref.named_tensors("w1"))  # sync_method "auto" -> cpu_repack on CPU
+    engine.update_weights(ref.named_tensors("w1"))  # sync_method "auto" -> cpu_repack on CPU
     sync_s = time.perf_counter() - t0
     assert engine.last_sync["rollout/sync_tensors"] == sum(1 for _ in ref.model.named_parameters())
     assert engine.last_sync["rollout/sync_rebuilt_handles"] >= 1
@@ -423,7 +422,7 @@ def test_sync_matches_transformers_on_new_weights(setup):
     hf_greedy = [_hf_greedy(ref.use("w1"), p.prompt_ids, ref.eos) for p in PROMPTS]
     assert [r.response_ids for r in greedy] == hf_greedy
     # and back: a second sync in the same engine restores W0 exactly
-    engine.sync_weights(ref.named_tensors("w0"))
+    engine.update_weights(ref.named_tensors("w0"))
     responses, prompts = _sample(engine, seed=13)
     assert isinstance(_diff_to(ref, "w0", responses, prompts), dict)
 
@@ -471,7 +470,7 @@ def test_tiny_llama_engine_and_cpu_repack_sync(tmp_path):
         ref = Reference(model_dir)
         responses, prompts = _sample(engine)
         assert isinstance(_diff_to(ref, "w0", responses, prompts), dict), "fresh Llama engine != transformers"
-        engine.sync_weights(ref.named_tensors("w1"))  # "auto" -> cpu_repack on CPU
+        engine.update_weights(ref.named_tensors("w1"))  # "auto" -> cpu_repack on CPU
         assert engine.last_sync["rollout/sync_rebuilt_handles"] >= 1  # the tied lm_head
         responses, prompts = _sample(engine, seed=12)
         on_w1 = _diff_to(ref, "w1", responses, prompts)
