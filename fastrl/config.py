@@ -24,7 +24,7 @@ from omegaconf.errors import OmegaConfBaseException
 
 from fastrl.algorithms import registry
 from fastrl.algorithms.loss_modes import AGG_MODES, CONSTANT_NORM_MODE
-from fastrl.rollout import registry as engine_registry
+from fastrl import engines
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 CONFIG_ROOT = REPO_ROOT / "configs"
@@ -39,8 +39,8 @@ class ConfigError(ValueError):
 MODEL_KINDS: tuple[str, ...] = ("qwen2", "llama", "qwen2_5_vl")  # tiny models; a real path decides by itself
 MODEL_DTYPES: tuple[str, ...] = ("float32", "bfloat16")
 MODEL_DEVICES: tuple[str, ...] = ("auto", "cpu", "cuda")
-ROLLOUT_ENGINES: tuple[str, ...] = tuple(engine_registry.ROLLOUT_ENGINES)  # fastrl.rollout.registry
-VLLM_SYNC_METHODS: tuple[str, ...] = ("auto", "load_weights", "vllm_reload", "cpu_repack")
+ROLLOUT_ENGINES: tuple[str, ...] = tuple(engines.ROLLOUT_ENGINES)  # the names of fastrl.engines' registry
+VLLM_SYNC_METHODS: tuple[str, ...] = engines.VLLM_SYNC_METHODS
 
 
 @dataclass
@@ -135,7 +135,7 @@ class VLLMEngineConfig:
 
 @dataclass
 class RolloutConfig:
-    engine: str = "hf"  # a name of fastrl.rollout.registry.ROLLOUT_ENGINES: hf | vllm
+    engine: str = "hf"  # a name of fastrl.engines.ROLLOUT_ENGINES: hf | vllm
     n: int = 8
     temperature: float = 1.0
     top_p: float = 1.0
@@ -152,12 +152,12 @@ class RolloutConfig:
     # their own copy of the weights, i.e. vllm).
     logprob_check_tol: float = 1e-2
     logprob_check_samples: int = 4
-    # Each engine's own settings, read by its factory only (fastrl.rollout.registry).
+    # Each engine's own settings, read by its factory only (fastrl.engines).
     hf: HFEngineConfig = field(default_factory=HFEngineConfig)
     vllm: VLLMEngineConfig = field(default_factory=VLLMEngineConfig)
 
     def __post_init__(self) -> None:
-        _check_choice("rollout.engine", self.engine, ROLLOUT_ENGINES)
+        _check_choice("rollout.engine", self.engine, tuple(engines.ROLLOUT_ENGINES))  # plug-ins included
         if self.n < 2:
             raise ConfigError(f"rollout.n = {self.n}: GRPO needs at least 2 responses per prompt")
         if self.val_n < 1:

@@ -21,21 +21,20 @@ from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 import torch
 
-from fastrl.config import ROLLOUT_ENGINES, HFEngineConfig, VLLMEngineConfig
+from fastrl.config import HFEngineConfig, VLLMEngineConfig
 from fastrl.data.schema import Record
 from fastrl.models.loaders import is_fastrl_tiny_dir, load_policy
 from fastrl.models.device import resolve_dtype
 from fastrl.models.inputs import PromptInput
 from fastrl.models.processing import PromptEncoder
-from fastrl.rollout import registry as engine_registry
-from fastrl.rollout.base import RolloutEngine, stop_token_ids
+from fastrl import engines
+from fastrl.rollout.base import EngineContext, RolloutEngine, stop_token_ids
 
 log = logging.getLogger(__name__)
 
 if TYPE_CHECKING:
     from fastrl.config import FastRLConfig
 
-ENGINES = ROLLOUT_ENGINES
 
 
 @dataclass(frozen=True)
@@ -44,7 +43,7 @@ class PolicySpec:
 
     ``dtype`` is the weights' dtype (``float32`` | ``bfloat16``). ``hf`` / ``vllm`` are the
     engines' own sections (``rollout.hf`` / ``rollout.vllm`` of a run config), each read only by
-    its engine's factory (``fastrl.rollout.registry``); ``vllm.dtype`` None means ``dtype``, and
+    its engine's factory (``fastrl.engines``); ``vllm.dtype`` None means ``dtype``, and
     ``vllm.max_model_len`` None vLLM's own limit (``from_config`` resolves it to
     ``data.max_prompt_length + rollout.max_new_tokens``). ``engine_options`` go to the engine's
     class as extra keywords (benchmarks and tests, e.g. ``cpu_kvcache_space_gib``).
@@ -65,8 +64,8 @@ class PolicySpec:
     template: str = "fastrl_math"
 
     def __post_init__(self) -> None:
-        if self.engine not in ENGINES:
-            raise ValueError(f"policy engine {self.engine!r} is not one of {', '.join(ENGINES)}")
+        if self.engine not in engines.ROLLOUT_ENGINES:
+            raise ValueError(f"policy engine {self.engine!r} is not one of {', '.join(engines.ROLLOUT_ENGINES)}")
 
     @classmethod
     def from_config(cls, cfg: FastRLConfig, path: str | Path, *, seed: int) -> PolicySpec:
@@ -167,9 +166,11 @@ def build_encoder(spec: PolicySpec, processor: Any) -> PromptEncoder:
 
 
 def build_engine(spec: PolicySpec, model: torch.nn.Module, processor: Any) -> RolloutEngine:
-    """The spec's rollout engine, from its registered factory (``fastrl.rollout.registry``): ``hf``
-    samples from ``model`` itself; ``vllm`` loads its own copy of the weights from ``spec.path``."""
-    return engine_registry.build_engine(spec, model, processor)
+    """The spec's rollout engine, from its registered factory (``fastrl.engines``): ``hf`` samples
+    from ``model`` itself; ``vllm`` loads its own copy of the weights from ``spec.path``."""
+    context = EngineContext(model=model, tokenizer=text_tokenizer(processor), pad_token_id=pad_token_id(processor),
+                            stop_token_ids=stop_tokens_of(spec.path, processor))
+    return engines.build_engine(spec, context)
 
 
 def assemble_policy_kit(spec: PolicySpec, model: torch.nn.Module, processor: Any) -> PolicyKit:

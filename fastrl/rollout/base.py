@@ -1,6 +1,6 @@
 """The rollout-engine seam: what every engine takes and returns.
 
-Engines (``hf``, ``vllm``; the names are ``fastrl.rollout.registry.ROLLOUT_ENGINES``) turn encoded
+Engines (``hf``, ``vllm``; the names are ``fastrl.engines.ROLLOUT_ENGINES``) turn encoded
 prompts into sampled responses. :class:`RolloutEngine` holds everything the trainer calls; nothing
 outside ``fastrl/rollout/`` asks which engine it has. Groups are ragged: ``n``
 may differ per prompt (ARS per-prompt mode), so responses carry the index of their prompt and
@@ -12,13 +12,13 @@ are never reshaped as ``[num_prompts, n]``.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Iterable, Protocol, Sequence, runtime_checkable
+from typing import Any, Iterable, Protocol, Sequence, runtime_checkable
 
 import torch
 
 from fastrl.models.inputs import PromptInput
 
-__all__ = ["PromptInput", "Response", "RolloutEngine", "SamplingConfig", "stop_token_ids"]
+__all__ = ["EngineContext", "PromptInput", "Response", "RolloutEngine", "SamplingConfig", "stop_token_ids"]
 
 
 @dataclass
@@ -39,6 +39,18 @@ class Response:
     text: str
     logprobs: list[float]
     finish_reason: str  # "stop" | "length"
+
+
+@dataclass(frozen=True)
+class EngineContext:
+    """What every engine factory (``fastrl.engines``) gets beside the policy spec, resolved once by
+    the policy kit: the HF model (``hf`` samples from it; ``vllm`` loads its own copy), its text
+    tokenizer, the pad id and the stop tokens (:func:`stop_token_ids`)."""
+
+    model: torch.nn.Module
+    tokenizer: Any
+    pad_token_id: int
+    stop_token_ids: list[int]
 
 
 @runtime_checkable

@@ -30,18 +30,14 @@ tensors in.
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Any, Iterable, Sequence
+from typing import Any, Iterable, Sequence
 
 import torch
 from transformers import GenerationConfig, StoppingCriteria, StoppingCriteriaList
 
 from fastrl.models.device import module_device
 from fastrl.models.forward import collate, response_logprobs
-from fastrl.rollout.base import PromptInput, Response, SamplingConfig
-from fastrl.training import distributed as dist
-
-if TYPE_CHECKING:
-    from fastrl.policy import PolicySpec
+from fastrl.rollout.base import EngineContext, PromptInput, Response, SamplingConfig
 
 log = logging.getLogger(__name__)
 
@@ -158,16 +154,27 @@ def is_zero3_partitioned(model: torch.nn.Module) -> bool:
     return first is not None and hasattr(first, "ds_id")
 
 
+def _world_size() -> int:
+    dist = torch.distributed
+    return dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
+
+
+def _all_gather_object(obj: Any) -> list[Any]:
+    out: list[Any] = [None] * torch.distributed.get_world_size()
+    torch.distributed.all_gather_object(out, obj)
+    return out
+
+
 def agreed_chunks(num_local: int, first_prompt: PromptInput | None) -> tuple[int, PromptInput | None]:
     """(the largest chunk count over ranks, a prompt to fill dummy chunks with).
 
     The filler is this rank's own first prompt, else (a rank with no prompts) another rank's, so
     dummy chunks have the same modality as the real ones (a VL model's vision tower runs in both).
     """
-    counts = dist.all_gather_object(num_local)
+    counts = _all_gather_object(num_local)
     total = max(counts)
     if min(counts) == 0 < total:  # some rank has nothing to sample: it borrows a prompt
-        donors = [p for p in dist.all_gather_object(first_prompt if num_local else None) if p is not None]
+        donors = [p for p in _all_gather_object(first_prompt if num_local else None) if p is not None]
         first_prompt = first_prompt if num_local else donors[0]
     return total, first_prompt
 
@@ -212,7 +219,7 @@ class HFRolloutEngine:
         gen_cfg = generation_config(sampling, eos_token_ids=self.eos_token_ids, pad_token_id=self.pad_token_id,
                                     suppress_token_ids=self.suppress_token_ids)
         starts = list(range(0, len(flat), self.batch_size))
-        synced = dist.world_size() > 1 and is_zero3_partitioned(self.model)
+        synced = _world_size() > 1 and is_zero3_partitioned(self.model)
         total, filler = agreed_chunks(len(starts), prompts[flat[0]] if flat else None) if synced else (len(starts), None)
         was_training = self.model.training
         self.model.eval()
@@ -345,9 +352,8 @@ class HFRolloutEngine:
         self.num_synced_tensors += copied
 
 
-def build_hf_engine(spec: PolicySpec, model: torch.nn.Module, processor: Any) -> HFRolloutEngine:
-    """The registry's ``hf`` factory: samples from ``model`` itself, configured by ``spec.hf``."""
-    from fastrl.policy import pad_token_id, stop_tokens_of, text_tokenizer
-
-    return HFRolloutEngine(model, text_tokenizer(processor), eos_token_ids=stop_tokens_of(spec.path, processor),
-                           pad_token_id=pad_token_id(processor), batch_size=spec.hf.batch_size)
+def build_hf_engine(spec: Any, context: EngineContext) -> HFRolloutEngine:
+    """The registry's ``hf`` factory (``fastrl.engines``): samples from ``context.model`` itself,
+    configured by ``spec.hf`` (``rollout.hf``) of the ``fastrl.policy.PolicySpec``."""
+    return HFRolloutEngine(context.model, context.tokenizer, eos_token_ids=context.stop_token_ids,
+                           pad_token_id=context.pad_token_id, batch_size=spec.hf.batch_size)

@@ -41,16 +41,13 @@ import numbers
 import os
 import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
 import torch
 
 from fastrl import metric_keys as K
-from fastrl.config import VLLM_SYNC_METHODS
-from fastrl.rollout.base import PromptInput, Response, SamplingConfig
-
-if TYPE_CHECKING:
-    from fastrl.policy import PolicySpec
+from fastrl.engines import VLLM_SYNC_METHODS
+from fastrl.rollout.base import EngineContext, PromptInput, Response, SamplingConfig
 
 log = logging.getLogger(__name__)
 
@@ -591,15 +588,14 @@ def sleep_mode_available(platform: Any) -> bool:
     return False
 
 
-def build_vllm_engine(spec: PolicySpec, model: torch.nn.Module, processor: Any) -> VLLMRolloutEngine:
-    """The registry's ``vllm`` factory: a colocated engine loading its own copy of ``spec.path``
-    (``model`` is not used: vLLM reads the checkpoint), configured by ``spec.vllm`` alone."""
-    from fastrl.policy import stop_tokens_of
-
+def build_vllm_engine(spec: Any, context: EngineContext) -> VLLMRolloutEngine:
+    """The registry's ``vllm`` factory (``fastrl.engines``): a colocated engine loading its own copy
+    of ``spec.path`` (``context.model`` is not used: vLLM reads the checkpoint), configured by
+    ``spec.vllm`` (``rollout.vllm``) of the ``fastrl.policy.PolicySpec`` alone."""
     v = spec.vllm
     return VLLMRolloutEngine(
         str(spec.path), seed=spec.seed, max_model_len=v.max_model_len, gpu_memory_utilization=v.gpu_memory_utilization,
         dtype=v.dtype or spec.dtype, enforce_eager=v.enforce_eager, sync_method=v.sync_method,  # type: ignore[arg-type]
-        enable_sleep_mode=v.sleep, stop_token_ids=stop_tokens_of(spec.path, processor),
+        enable_sleep_mode=v.sleep, stop_token_ids=context.stop_token_ids,
         **dict(spec.engine_options),
     )

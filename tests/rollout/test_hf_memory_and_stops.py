@@ -139,3 +139,12 @@ def test_both_engines_get_the_same_stop_set(text_model_dir: Path, tmp_path: Path
     assert captured["stop_token_ids"] == hf.eos_token_ids == [tok.eos_token_id, 11]
     assert captured["max_model_len"] == 300 and captured["enable_sleep_mode"] is True
     assert captured["dtype"] == "float32" and captured["path"] == str(model_dir)
+
+
+def test_logprobs_of_scores_given_responses_like_generate(text_model_dir: Path) -> None:
+    model, tok, prompts, eng = _engine(text_model_dir, 3, batch_size=2)
+    out = eng.generate(prompts, 1, SamplingConfig(temperature=1.0, max_new_tokens=8, seed=1))
+    scored = eng.logprobs_of([prompts[r.prompt_index] for r in out], [r.response_ids for r in out])
+    for r, lps in zip(out, scored):
+        assert lps == pytest.approx(r.logprobs, abs=1e-4)
+    assert eng.logprobs_of([], []) == []
