@@ -230,9 +230,10 @@ class HFRolloutEngine:
                 if c < len(starts):
                     idx = flat[starts[c]:starts[c] + self.batch_size]
                     responses += self._generate_chunk([prompts[i] for i in idx], idx, gen_cfg, chunk_seed, synced)
-                else:  # a dummy chunk: this rank's forwards keep pace with the others'; dropped
+                else:  # a dummy chunk: this rank's forwards keep pace with the others'; dropped, and
+                    # seeded (in a forked RNG) so that it leaves this rank's RNG stream as it was
                     assert filler is not None
-                    self._generate_chunk([filler], [0], gen_cfg, chunk_seed, synced)
+                    self._generate_chunk([filler], [0], gen_cfg, 0 if chunk_seed is None else chunk_seed, synced)
         finally:
             self.model.train(was_training)
             self._reset_rope_cache()

@@ -148,3 +148,10 @@ def test_logprobs_of_scores_given_responses_like_generate(text_model_dir: Path) 
     for r, lps in zip(out, scored):
         assert lps == pytest.approx(r.logprobs, abs=1e-4)
     assert eng.logprobs_of([], []) == []
+
+
+def test_a_rank_without_prompts_still_calls_generate(text_model_dir: Path) -> None:
+    """The trainer calls every engine on every rank, also with no prompts (see test_hf_zero3)."""
+    _, _, _, eng = _engine(text_model_dir, 1)
+    assert eng.generate([], 2, SamplingConfig(max_new_tokens=4, seed=0)) == []
+    assert eng.generate([], [], SamplingConfig(max_new_tokens=4, seed=0)) == []
