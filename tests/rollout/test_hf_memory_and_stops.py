@@ -123,7 +123,8 @@ def test_hf_engine_stops_on_generation_config_eos(text_model_dir: Path, tmp_path
     assert stopped.response_ids == [first] and stopped.finish_reason == "stop"
 
 
-def test_both_engines_get_the_same_stop_set(text_model_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_both_engines_get_the_same_stop_set(text_model_dir: Path, tmp_path: Path,
+                                           monkeypatch: pytest.MonkeyPatch) -> None:
     """The registry's vllm factory passes the HF engine's stop set to vLLM (no vLLM started here)."""
     import fastrl.rollout.vllm as vllm_module
     from fastrl.config import VLLMEngineConfig
