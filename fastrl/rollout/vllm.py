@@ -57,7 +57,6 @@ log = logging.getLogger(__name__)
 
 SyncMethod = Literal["auto", "load_weights", "vllm_reload", "cpu_repack"]
 SYNC_METHODS: tuple[str, ...] = VLLM_SYNC_METHODS
-_SLEEP_UNAVAILABLE_LOGGED = False  # the "no sleep mode here" line is printed once per process
 
 
 # --------------------------------------------------------------------------------------------
@@ -580,15 +579,13 @@ class VLLMRolloutEngine:
 
 
 def sleep_mode_available(platform: Any) -> bool:
-    """Whether vLLM can sleep on ``platform`` (CUDA, ROCm, XPU); logs once per process where not."""
-    global _SLEEP_UNAVAILABLE_LOGGED
+    """Whether vLLM can sleep on ``platform`` (CUDA, ROCm, XPU); one log line where it cannot
+    (asked once per engine, when sleep mode is requested)."""
     if platform.is_sleep_mode_available():
         return True
-    if not _SLEEP_UNAVAILABLE_LOGGED:
-        _SLEEP_UNAVAILABLE_LOGGED = True
-        log.warning("vLLM sleep mode is not available on the %s platform: the engine keeps its weights and KV "
-                    "cache through the trainer's update (rollout.vllm.sleep has no effect here)",
-                    getattr(platform, "device_name", None) or getattr(platform, "device_type", "this"))
+    log.warning("vLLM sleep mode is not available on the %s platform: the engine keeps its weights and KV "
+                "cache through the trainer's update (rollout.vllm.sleep has no effect here)",
+                getattr(platform, "device_name", None) or getattr(platform, "device_type", "this"))
     return False
 
 

