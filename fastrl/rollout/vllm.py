@@ -219,7 +219,7 @@ class _CountingIterator:
         name, tensor = next(self._it)
         if not isinstance(name, str) or not isinstance(tensor, torch.Tensor):
             raise TypeError(
-                f"sync_weights expects (str, Tensor) pairs; got ({type(name).__name__}, "
+                f"update_weights expects (str, Tensor) pairs; got ({type(name).__name__}, "
                 f"{type(tensor).__name__}) at item {self.count}"
             )
         self.count += 1
