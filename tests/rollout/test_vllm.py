@@ -468,7 +468,10 @@ def test_sleep_mode_on_cpu_is_one_log_line_and_no_ops(setup):
 
     from fastrl.rollout.vllm import sleep_mode_available
 
+    from fastrl.rollout.base import RolloutEngine
+
     engine = setup["engine"]
+    assert isinstance(engine, RolloutEngine) and engine.shares_trainer_weights is False
     lines = [r.getMessage() for r in setup["start_log"] if "sleep mode is not available" in r.getMessage()]
     assert len(lines) == 1 and "keeps its weights and KV cache" in lines[0]
     assert sleep_mode_available(current_platform) is False

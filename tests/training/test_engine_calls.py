@@ -15,6 +15,7 @@ from typing import Any, Sequence
 import pytest
 
 from fastrl.config import load_config
+from fastrl.rollout.base import RolloutEngine
 from fastrl.training.pipeline import Trainer
 from tests.mini.conftest import one_torch_thread, text_model_dir  # noqa: F401  (fixtures)
 
@@ -69,6 +70,7 @@ def test_a_step_sleeps_after_the_rollout_and_wakes_around_the_sync(tmp_path: Pat
                                                                    shares: bool) -> None:
     trainer = _trainer(tmp_path, text_model_dir)
     engine = RecordingEngine(trainer.policy.kit.engine, shares_trainer_weights=shares)
+    assert isinstance(engine, RolloutEngine)
     trainer.policy.kit.engine = engine
     metrics = trainer.train_step()
     synced = ["wake_up(weights)", "update_weights", "wake_up(kv_cache)", "generate"]
