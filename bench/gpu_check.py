@@ -18,7 +18,8 @@ inside one overall budget:
   ``update_policy``, ``mdap_select``): per-stage times, peak GPU memory, and MDAP's time beside
   that model's log-prob pass on the same batch.
 - ``vllm``: the colocated vLLM engine on a tiny model: engine start, log-probs of a fresh engine
-  vs transformers, then new weights pushed with ``sync_weights`` and the post-sync log-prob check.
+  vs transformers, then new weights pushed with ``update_weights`` between a sleep and a wake-up
+  (as in training; the GPU memory the sleep frees is reported) and the post-sync log-prob check.
   Skipped, with the reason, where ``vllm`` does not import.
 - ``demo``: ``fastrl demo`` (GRPO vs FastRL on mini-math) on the GPU, SFT warm start included.
 
@@ -535,14 +536,15 @@ def section_vllm(s: Settings) -> dict[str, Any]:
     from fastrl.models.loaders import load_policy
     from fastrl.models.processing import PromptEncoder
     from fastrl.rollout.base import SamplingConfig
-    from fastrl.rollout.vllm import VLLMRolloutEngine, logprob_check, pad_ragged
+    from fastrl.rollout.logprob_check import logprob_check, pad_ragged
+    from fastrl.rollout.vllm import VLLMRolloutEngine
 
     model_dir = s.out / "vllm" / "tiny_qwen2"
     shutil.rmtree(model_dir, ignore_errors=True)
     build_tiny_model_dir(TinyModelSpec(kind="qwen2", num_layers=2, intermediate_size=256), model_dir, seed=0)
     t0 = time.perf_counter()
     engine = VLLMRolloutEngine(model_dir, seed=0, max_model_len=256, gpu_memory_utilization=0.2, dtype="bfloat16",
-                               enforce_eager=True)
+                               enforce_eager=True, enable_sleep_mode=True)
     start_s = time.perf_counter() - t0
     policy, tokenizer = load_policy(model_dir, dtype=torch.bfloat16)
     policy = policy.to("cuda").eval()
@@ -569,9 +571,15 @@ def section_vllm(s: Settings) -> dict[str, Any]:
         for p in policy.parameters():
             p.add_(0.05 * torch.randn(p.shape, generator=g, device=p.device, dtype=torch.float32).to(p.dtype))
     stale = compare(1e9)  # engine still on the old weights: must differ clearly
+    # As in training: sleep after the rollout, wake the weights, push, wake the KV cache.
+    free_awake = torch.cuda.mem_get_info()[0]
+    engine.sleep()
+    freed_by_sleep_gib = (torch.cuda.mem_get_info()[0] - free_awake) / 2**30
+    engine.wake_up(("weights",))
     t1 = time.perf_counter()
-    engine.sync_weights((name, p.detach()) for name, p in policy.named_parameters())
+    engine.update_weights((name, p.detach()) for name, p in policy.named_parameters())
     sync_s = time.perf_counter() - t1
+    engine.wake_up(("kv_cache",))
     after = compare(VLLM_TOL_BF16)
     engine.close()
     stale_max = stale["rollout/logprob_diff_max"] if isinstance(stale, dict) else float("nan")
@@ -579,6 +587,7 @@ def section_vllm(s: Settings) -> dict[str, Any]:
     result: dict[str, Any] = {
         "status": "ok" if ok else "failed", "sync_method": engine.sync_method, "dtype": "bfloat16",
         "engine_start_s": round(start_s, 1), "sync_s": round(sync_s, 4), "tolerance": VLLM_TOL_BF16,
+        "freed_by_sleep_gib": round(freed_by_sleep_gib, 2),
         "fresh": fresh, "stale_before_sync": stale, "after_sync": after,
         "meets_default_logprob_check_tol_1e-2": isinstance(after, dict) and after["rollout/logprob_diff_max"] <= 1e-2,
     }

@@ -50,16 +50,17 @@ def main() -> None:
     args = ap.parse_args()
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
+    from fastrl.config import HFEngineConfig, VLLMEngineConfig
     from fastrl.mini.builders import TinyModelSpec, build_tiny_model_dir
     from fastrl.policy import PolicySpec, build_engine, load_policy_kit
-    from fastrl.rollout.vllm import logprob_check, pad_ragged
+    from fastrl.rollout.logprob_check import logprob_check, pad_ragged
 
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         # the shape the README's throughput numbers were measured with
         spec = TinyModelSpec(num_kv_heads=1, intermediate_size=512)
         model_dir = build_tiny_model_dir(spec, Path(tmp) / "tiny", seed=args.seed)
-        spec = PolicySpec(path=model_dir, hf_batch_size=args.hf_batch_size, seed=args.seed)
+        spec = PolicySpec(path=model_dir, hf=HFEngineConfig(batch_size=args.hf_batch_size), seed=args.seed)
         kit = load_policy_kit(spec, "cpu")  # both engines sample from the same weights, the HF copy on the CPU
         model, tokenizer = kit.model, kit.tokenizer
         prompts = _prompts(tokenizer, args.prompts)
@@ -69,8 +70,9 @@ def main() -> None:
         rows.append({"engine": "hf", **_tokens_per_s(kit.engine, prompts, args.n, sampling)})
 
         t0 = time.perf_counter()
-        engine = build_engine(replace(spec, engine="vllm", vllm_max_model_len=256, vllm_gpu_memory_utilization=0.3,
-                                      vllm_options={"cpu_kvcache_space_gib": 1}), model, tokenizer)
+        vllm = VLLMEngineConfig(max_model_len=256, gpu_memory_utilization=0.3, sleep=False)
+        engine = build_engine(replace(spec, engine="vllm", vllm=vllm, engine_options={"cpu_kvcache_space_gib": 1}),
+                              model, tokenizer)
         start_s = time.perf_counter() - t0
         engine.generate(prompts[:1], 1, sampling)  # warm-up
         row = {"engine": "vllm", "start_seconds": start_s, **_tokens_per_s(engine, prompts, args.n, sampling)}
@@ -79,7 +81,7 @@ def main() -> None:
             gen = torch.Generator().manual_seed(args.seed + 1)
             for p in model.parameters():
                 p.add_(0.02 * torch.randn(p.shape, generator=gen))
-        engine.sync_weights((name, p.detach().clone()) for name, p in model.named_parameters())
+        engine.update_weights((name, p.detach().clone()) for name, p in model.named_parameters())
         row["sync_seconds"] = engine.last_sync["rollout/sync_seconds"]
         from fastrl.models.forward import collate, response_logprobs
 

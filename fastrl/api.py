@@ -139,7 +139,7 @@ def evaluate(
     template: str = "fastrl_math",
     max_new_tokens: int = 512,
     batch_size: int = 32,
-    max_model_len: int = 4096,
+    max_model_len: int | None = None,
     gpu_memory_utilization: float = 0.8,
     min_pixels: int = 262144,
     max_pixels: int = 4194304,
@@ -156,13 +156,16 @@ def evaluate(
     the ``hf`` engine runs (auto = CUDA when available). ``limit``: the first N problems of each
     benchmark (0: all). ``max_prompt_length`` / ``prompt_length_policy``: problems whose prompt is
     longer are dropped and counted (``filter``, as training does) or an error (``error``); none
-    reaches the engine. Returns ``fastrl.evaluation.evaluate.evaluate``'s JSON-ready dict.
+    reaches the engine. ``max_model_len`` (vllm): None sizes it as training does, the longest prompt
+    kept plus the response budget (``max_prompt_length + max_new_tokens``). Returns
+    ``fastrl.evaluation.evaluate.evaluate``'s JSON-ready dict.
     """
     check_model(str(model))
     from fastrl.data.prompt_limit import PromptLimit
     from fastrl.evaluation.evaluate import evaluate as evaluate_engine
     from fastrl.evaluation.evaluate import validation_sampling
     from fastrl.models.device import resolve_device
+    from fastrl.config import HFEngineConfig, VLLMEngineConfig
     from fastrl.policy import PolicySpec, load_policy_kit
 
     model_path = Path(model)
@@ -170,8 +173,9 @@ def evaluate(
         model_path = model_path / "final"
     spec = PolicySpec(
         path=model_path if model_path.exists() else str(model), dtype=dtype or "float32", engine=engine,
-        hf_batch_size=batch_size, seed=seed, vllm_max_model_len=max_model_len,
-        vllm_gpu_memory_utilization=gpu_memory_utilization, vllm_dtype=dtype or "auto",
+        seed=seed, hf=HFEngineConfig(batch_size=batch_size),
+        vllm=VLLMEngineConfig(max_model_len=max_model_len if max_model_len is not None else max_prompt_length + max_new_tokens, gpu_memory_utilization=gpu_memory_utilization,
+                              dtype=dtype or "auto", sleep=False),  # evaluation never sleeps
         min_pixels=min_pixels, max_pixels=max_pixels, reward=reward, template=template,
     )
     prompt_limit = PromptLimit(max_prompt_length, prompt_length_policy, length_key="--max-prompt-length",

@@ -121,7 +121,8 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--reward", default="math")
     e.add_argument("--template", default="fastrl_math")
     e.add_argument("--max-new-tokens", type=int, default=512)
-    e.add_argument("--max-model-len", type=int, default=4096)
+    e.add_argument("--max-model-len", type=int, default=None,
+                   help="vllm: prompt + response tokens (default: --max-prompt-length + --max-new-tokens)")
     e.add_argument("--max-prompt-length", type=int, default=2048,
                    help="problems whose prompt (chat template + image tokens) is longer never reach the engine")
     e.add_argument("--prompt-length-policy", choices=list(PROMPT_LENGTH_POLICIES), default="filter",

@@ -24,6 +24,7 @@ from omegaconf.errors import OmegaConfBaseException
 
 from fastrl.algorithms import registry
 from fastrl.algorithms.loss_modes import AGG_MODES, CONSTANT_NORM_MODE
+from fastrl import engines
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 CONFIG_ROOT = REPO_ROOT / "configs"
@@ -38,7 +39,8 @@ class ConfigError(ValueError):
 MODEL_KINDS: tuple[str, ...] = ("qwen2", "llama", "qwen2_5_vl")  # tiny models; a real path decides by itself
 MODEL_DTYPES: tuple[str, ...] = ("float32", "bfloat16")
 MODEL_DEVICES: tuple[str, ...] = ("auto", "cpu", "cuda")
-ROLLOUT_ENGINES: tuple[str, ...] = ("hf", "vllm")
+ROLLOUT_ENGINES: tuple[str, ...] = tuple(engines.ROLLOUT_ENGINES)  # the names of fastrl.engines' registry
+VLLM_SYNC_METHODS: tuple[str, ...] = engines.VLLM_SYNC_METHODS
 # What happens to a prompt over data.max_prompt_length: dropped (and counted in the log) or an error.
 PROMPT_LENGTH_POLICIES: tuple[str, ...] = ("filter", "error")
 
@@ -104,14 +106,51 @@ class DataConfig:
 
 
 @dataclass
+class HFEngineConfig:
+    """``rollout.hf``: the transformers ``generate`` engine (fastrl.rollout.hf)."""
+
+    batch_size: int = 64  # sequences per generate call
+
+    def __post_init__(self) -> None:
+        if self.batch_size < 1:
+            raise ConfigError(f"rollout.hf.batch_size = {self.batch_size} must be >= 1")
+
+
+@dataclass
+class VLLMEngineConfig:
+    """``rollout.vllm``: the colocated vLLM engine (fastrl.rollout.vllm)."""
+
+    gpu_memory_utilization: float = 0.5
+    # Prompt + response tokens per sequence. None: data.max_prompt_length + rollout.max_new_tokens.
+    max_model_len: int | None = None
+    enforce_eager: bool = True
+    # None: model.dtype; "auto": the checkpoint's own.
+    dtype: str | None = None
+    # auto = cpu_repack on CPU (re-packs vLLM's oneDNN weight handles after an in-place reload),
+    # load_weights on GPU; vllm_reload is vLLM's own in-place reload (stale tied lm_head on CPU).
+    sync_method: str = "auto"
+    # Sleep (level 1: weights offloaded to CPU, KV cache freed) from the end of each rollout to the
+    # weight sync, where vLLM supports it (CUDA); elsewhere one log line says it stays awake.
+    sleep: bool = True
+
+    def __post_init__(self) -> None:
+        _check_choice("rollout.vllm.sync_method", self.sync_method, VLLM_SYNC_METHODS)
+        if not 0 < self.gpu_memory_utilization <= 1:
+            raise ConfigError(f"rollout.vllm.gpu_memory_utilization = {self.gpu_memory_utilization} "
+                              "must be in (0, 1]")
+        if self.max_model_len is not None and self.max_model_len < 2:
+            raise ConfigError(f"rollout.vllm.max_model_len = {self.max_model_len} must be >= 2 (or null: "
+                              "data.max_prompt_length + rollout.max_new_tokens)")
+
+
+@dataclass
 class RolloutConfig:
-    engine: str = "hf"  # hf | vllm
+    engine: str = "hf"  # a name of fastrl.engines.ROLLOUT_ENGINES: hf | vllm
     n: int = 8
     temperature: float = 1.0
     top_p: float = 1.0
     top_k: int = 0
     max_new_tokens: int = 48
-    hf_batch_size: int = 64
     # Validation sampling: the paper validates at T = 0.6, top-p 0.95, n = 1.
     val_temperature: float = 0.0
     val_top_p: float = 1.0
@@ -119,18 +158,16 @@ class RolloutConfig:
     # always also logged as val/accuracy_n1 from each problem's first sample). k > 1 lowers the
     # sampling noise of a finite validation set (mini-math has only 324 distinct val problems).
     val_n: int = 1
-    # Weight-sync check: max |engine logp - trainer logp| tolerated after a sync (vllm only).
+    # Weight-sync check: max |engine logp - trainer logp| tolerated after a sync (engines that hold
+    # their own copy of the weights, i.e. vllm).
     logprob_check_tol: float = 1e-2
     logprob_check_samples: int = 4
-    vllm_gpu_memory_utilization: float = 0.5
-    vllm_max_model_len: int = 512
-    vllm_enforce_eager: bool = True
-    # auto = cpu_repack on CPU (re-packs vLLM's oneDNN weight handles after an in-place reload),
-    # load_weights on GPU; vllm_reload is vLLM's own in-place reload (stale tied lm_head on CPU).
-    vllm_sync_method: str = "auto"
+    # Each engine's own settings, read by its factory only (fastrl.engines).
+    hf: HFEngineConfig = field(default_factory=HFEngineConfig)
+    vllm: VLLMEngineConfig = field(default_factory=VLLMEngineConfig)
 
     def __post_init__(self) -> None:
-        _check_choice("rollout.engine", self.engine, ROLLOUT_ENGINES)
+        _check_choice("rollout.engine", self.engine, tuple(engines.ROLLOUT_ENGINES))  # plug-ins included
         if self.n < 2:
             raise ConfigError(f"rollout.n = {self.n}: GRPO needs at least 2 responses per prompt")
         if self.val_n < 1:

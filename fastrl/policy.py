@@ -14,55 +14,58 @@ once and cannot drift apart.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import logging
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 import torch
 
-from fastrl.config import ROLLOUT_ENGINES
+from fastrl.config import HFEngineConfig, VLLMEngineConfig
 from fastrl.data.schema import Record
 from fastrl.models.loaders import is_fastrl_tiny_dir, load_policy
 from fastrl.models.device import resolve_dtype
 from fastrl.models.inputs import PromptInput, PromptTokens
 from fastrl.models.processing import PromptEncoder
-from fastrl.rollout.base import RolloutEngine
+from fastrl import engines
+from fastrl.rollout.base import EngineContext, RolloutEngine, stop_token_ids
+
+log = logging.getLogger(__name__)
 
 if TYPE_CHECKING:
     from fastrl.config import FastRLConfig
 
-ENGINES = ROLLOUT_ENGINES
 
 
 @dataclass(frozen=True)
 class PolicySpec:
     """What the kit needs to build a policy: a slice of a run config, or ``fastrl eval``'s flags.
 
-    ``dtype`` is the weights' dtype (``float32`` | ``bfloat16``); the vLLM engine uses
-    ``vllm_dtype`` when given (``auto``: the checkpoint's own), else ``dtype``. ``min_pixels`` /
-    ``max_pixels`` resize a VL prompt's images as qwen-vl-utils does; fastrl's tiny stand-ins
-    always keep their own image size. ``vllm_options`` go to ``VLLMRolloutEngine`` as keywords.
+    ``dtype`` is the weights' dtype (``float32`` | ``bfloat16``). ``hf`` / ``vllm`` are the
+    engines' own sections (``rollout.hf`` / ``rollout.vllm`` of a run config), each read only by
+    its engine's factory (``fastrl.engines``); ``vllm.dtype`` None means ``dtype``, and
+    ``vllm.max_model_len`` None vLLM's own limit (``from_config`` resolves it to
+    ``data.max_prompt_length + rollout.max_new_tokens``). ``engine_options`` go to the engine's
+    class as extra keywords (benchmarks and tests, e.g. ``cpu_kvcache_space_gib``).
+    ``min_pixels`` / ``max_pixels`` resize a VL prompt's images as qwen-vl-utils does; fastrl's
+    tiny stand-ins always keep their own image size.
     """
 
     path: str | Path
     dtype: str = "float32"
     engine: str = "hf"
-    hf_batch_size: int = 32
     seed: int = 0  # the vLLM engine's sampling seed
-    vllm_max_model_len: int = 4096
-    vllm_gpu_memory_utilization: float = 0.8
-    vllm_dtype: str | None = None
-    vllm_enforce_eager: bool = True
-    vllm_sync_method: str = "auto"
-    vllm_options: Mapping[str, Any] = field(default_factory=dict)
+    hf: HFEngineConfig = field(default_factory=HFEngineConfig)
+    vllm: VLLMEngineConfig = field(default_factory=VLLMEngineConfig)
+    engine_options: Mapping[str, Any] = field(default_factory=dict)
     min_pixels: int | None = None
     max_pixels: int | None = None
     reward: str = "math"
     template: str = "fastrl_math"
 
     def __post_init__(self) -> None:
-        if self.engine not in ENGINES:
-            raise ValueError(f"policy engine {self.engine!r} is not one of {', '.join(ENGINES)}")
+        if self.engine not in engines.ROLLOUT_ENGINES:
+            raise ValueError(f"policy engine {self.engine!r} is not one of {', '.join(engines.ROLLOUT_ENGINES)}")
 
     @classmethod
     def from_config(cls, cfg: FastRLConfig, path: str | Path, *, seed: int) -> PolicySpec:
@@ -70,12 +73,18 @@ class PolicySpec:
         ``seed`` seeds the vLLM engine (training passes ``trainer.seed`` + rank)."""
         r = cfg.rollout
         return cls(
-            path=path, dtype=cfg.model.dtype, engine=r.engine, hf_batch_size=r.hf_batch_size, seed=seed,
-            vllm_max_model_len=r.vllm_max_model_len, vllm_gpu_memory_utilization=r.vllm_gpu_memory_utilization,
-            vllm_enforce_eager=r.vllm_enforce_eager, vllm_sync_method=r.vllm_sync_method,
+            path=path, dtype=cfg.model.dtype, engine=r.engine, seed=seed, hf=r.hf,
+            vllm=replace(r.vllm, max_model_len=vllm_max_model_len(cfg)),
             min_pixels=cfg.model.min_pixels, max_pixels=cfg.model.max_pixels,
             reward=cfg.data.reward, template=cfg.data.template,
         )
+
+
+def vllm_max_model_len(cfg: FastRLConfig) -> int:
+    """``rollout.vllm.max_model_len``, or when unset the longest sequence a run makes: the
+    longest prompt kept (``data.max_prompt_length``) plus the response budget."""
+    given = cfg.rollout.vllm.max_model_len
+    return given if given is not None else cfg.data.max_prompt_length + cfg.rollout.max_new_tokens
 
 
 @dataclass
@@ -126,9 +135,7 @@ class PolicyKit:
 
     def close(self) -> None:
         """Release the rollout engine (vLLM holds its own weights and KV cache)."""
-        close = getattr(self.engine, "close", None)
-        if close is not None:
-            close()
+        self.engine.close()
 
 
 def text_tokenizer(processor: Any) -> Any:
@@ -142,8 +149,16 @@ def pad_token_id(processor: Any) -> int:
     return int(tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id)
 
 
-def eos_token_ids(processor: Any) -> list[int]:
-    return [int(text_tokenizer(processor).eos_token_id)]
+def stop_tokens_of(path: str | Path, processor: Any) -> list[int]:
+    """The stop tokens of both engines: the tokenizer's EOS and ``generation_config.json``'s
+    ``eos_token_id`` at ``path`` (a folder or a hub id; none there: the tokenizer's alone)."""
+    from transformers import GenerationConfig
+
+    try:
+        generation_eos = GenerationConfig.from_pretrained(str(path)).eos_token_id
+    except OSError:  # no generation_config.json (fastrl's tiny models)
+        generation_eos = None
+    return stop_token_ids(text_tokenizer(processor).eos_token_id, generation_eos)
 
 
 def load_model(spec: PolicySpec) -> tuple[torch.nn.Module, Any]:
@@ -159,21 +174,11 @@ def build_encoder(spec: PolicySpec, processor: Any) -> PromptEncoder:
 
 
 def build_engine(spec: PolicySpec, model: torch.nn.Module, processor: Any) -> RolloutEngine:
-    """The spec's rollout engine: ``hf`` samples from ``model`` itself; ``vllm`` loads its own copy
-    of the weights from ``spec.path``."""
-    if spec.engine == "hf":
-        from fastrl.rollout.hf import HFRolloutEngine
-
-        return HFRolloutEngine(model, text_tokenizer(processor), eos_token_ids=eos_token_ids(processor),
-                               pad_token_id=pad_token_id(processor), batch_size=spec.hf_batch_size)
-    from fastrl.rollout.vllm import VLLMRolloutEngine
-
-    return VLLMRolloutEngine(
-        str(spec.path), seed=spec.seed, max_model_len=spec.vllm_max_model_len,
-        gpu_memory_utilization=spec.vllm_gpu_memory_utilization, dtype=spec.vllm_dtype or spec.dtype,
-        enforce_eager=spec.vllm_enforce_eager, sync_method=spec.vllm_sync_method,  # type: ignore[arg-type]
-        **dict(spec.vllm_options),
-    )
+    """The spec's rollout engine, from its registered factory (``fastrl.engines``): ``hf`` samples
+    from ``model`` itself; ``vllm`` loads its own copy of the weights from ``spec.path``."""
+    context = EngineContext(model=model, tokenizer=text_tokenizer(processor), pad_token_id=pad_token_id(processor),
+                            stop_token_ids=stop_tokens_of(spec.path, processor))
+    return engines.build_engine(spec, context)
 
 
 def assemble_policy_kit(spec: PolicySpec, model: torch.nn.Module, processor: Any) -> PolicyKit:
@@ -182,13 +187,14 @@ def assemble_policy_kit(spec: PolicySpec, model: torch.nn.Module, processor: Any
     engine = build_engine(spec, model, processor)
     return PolicyKit(spec=spec, model=model, processor=processor, engine=engine,
                      encoder=build_encoder(spec, processor), pad_id=pad_token_id(processor),
-                     eos_ids=eos_token_ids(processor))
+                     eos_ids=stop_tokens_of(spec.path, processor))
 
 
 def load_policy_kit(spec: PolicySpec, device: torch.device | str = "cpu") -> PolicyKit:
-    """Load ``spec.path`` and build its kit, the model in eval mode on ``device`` for the ``hf``
-    engine; with ``vllm`` (which holds its own copy) the HF model stays on the CPU."""
+    """Load ``spec.path`` and build its kit, the model in eval mode; it moves to ``device`` when the
+    engine samples from it (``hf``); an engine holding its own copy (``vllm``) leaves it on the CPU."""
     model, processor = load_model(spec)
-    if spec.engine == "hf":
-        model = model.to(device)
-    return assemble_policy_kit(spec, model.eval(), processor)
+    kit = assemble_policy_kit(spec, model.eval(), processor)
+    if kit.engine.shares_trainer_weights:
+        kit.model.to(device)  # in place: the engine holds this very module
+    return kit

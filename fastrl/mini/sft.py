@@ -43,6 +43,7 @@ from fastrl.mini.tokenizer import mini_vocabulary
 from fastrl.models.device import module_device
 from fastrl.models.forward import collate, response_logprobs
 from fastrl.models.inputs import PromptInput
+from fastrl.config import HFEngineConfig
 from fastrl.policy import PolicyKit, PolicySpec, load_policy_kit
 from fastrl.rollout.base import SamplingConfig
 
@@ -357,8 +358,8 @@ def warm_start(
         t0 = time.perf_counter()
         build_tiny_model_dir(spec, tmp, seed=seed)
         settings = eval_settings or EvalSettings()
-        kit = load_policy_kit(PolicySpec(path=tmp, hf_batch_size=settings.batch_size, reward=TEMPLATE_REWARD[template],
-                                         template=template), device)
+        kit = load_policy_kit(PolicySpec(path=tmp, hf=HFEngineConfig(batch_size=settings.batch_size),
+                                         reward=TEMPLATE_REWARD[template], template=template), device)
         model, tokenizer = kit.model, kit.tokenizer
         train = generate_task(task, split="train", num=num_train, seed=seed)
         prompts = [kit.encode(r) for r in train]

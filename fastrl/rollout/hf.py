@@ -10,12 +10,21 @@
   temperature 1.
 - Multimodal placeholder tokens (``<|image_pad|>``, ``<|vision_start|>``, ...) are never sampled
   (``suppress_token_ids``); log-probs still come from the unsuppressed raw logits.
-- ``response_ids`` stop after the first EOS, which is kept (as verl does); ``finish_reason`` is
-  ``"stop"`` then, ``"length"`` when ``max_new_tokens`` ran out first.
+  They are gathered step by step (:class:`_RawLogprobRecorder`): only one step's [batch, vocab]
+  log-softmax is alive at a time, never every step's logits (``output_logits`` would keep
+  float32 [batch, vocab] per generated token: ~80 GB per chunk at the paper's lengths).
+- ``response_ids`` stop after the first stop token (``eos_token_ids``: the policy kit passes the
+  tokenizer's EOS and generation_config.json's, the set vLLM uses), which is kept (as verl does);
+  ``finish_reason`` is ``"stop"`` then, ``"length"`` when ``max_new_tokens`` ran out first.
+- Under ZeRO-3 on several ranks every forward gathers parameters collectively, so all ranks must
+  run the same forwards: ``generate`` then runs with ``synced_gpus`` (a rank whose responses have
+  all stopped keeps stepping until every rank's have) and every rank runs the same number of
+  chunks (the largest rank's; the others sample dummy chunks and drop them), also with no prompts.
 
 Weights: the engine holds a reference to a ``torch.nn.Module``. Colocated with the trainer it is
-usually the very module being trained, so ``sync_weights`` finds each incoming tensor already in
-place and copies nothing. Given a separate copy it copies the tensors in.
+usually the very module being trained (``shares_trainer_weights``), so ``update_weights`` finds
+each incoming tensor already in place and copies nothing. Given a separate copy it copies the
+tensors in.
 """
 
 from __future__ import annotations
@@ -24,11 +33,11 @@ import logging
 from typing import Any, Iterable, Sequence
 
 import torch
-from transformers import GenerationConfig
+from transformers import GenerationConfig, StoppingCriteria, StoppingCriteriaList
 
 from fastrl.models.device import module_device
-from fastrl.models.forward import collate
-from fastrl.rollout.base import PromptInput, Response, SamplingConfig
+from fastrl.models.forward import collate, response_logprobs
+from fastrl.rollout.base import EngineContext, PromptInput, Response, SamplingConfig
 
 log = logging.getLogger(__name__)
 
@@ -79,7 +88,6 @@ def generation_config(sampling: SamplingConfig, *, eos_token_ids: Sequence[int],
         no_repeat_ngram_size=0,
         num_beams=1,
         use_cache=True,
-        output_logits=True,
         return_dict_in_generate=True,
         suppress_tokens=list(suppress_token_ids) or None,
     )
@@ -98,10 +106,84 @@ def generation_config(sampling: SamplingConfig, *, eos_token_ids: Sequence[int],
     )
 
 
+class _RawLogprobRecorder(StoppingCriteria):
+    """Log-prob of each sampled token under the step's RAW logits, gathered as generation runs.
+
+    A forward hook on the model keeps the last forward's log-softmax of the final position (the
+    logits ``generate`` reads, before any processor: what ``output_logits`` returned); the
+    stopping-criteria call that follows the token choice gathers the chosen token from it. Alive at
+    once: one [batch, vocab] float32 tensor, and the gathered [batch] values of each step. Under
+    ``synced_gpus`` a finished rank's extra forwards overwrite the pending step without a
+    stopping-criteria call, so they record nothing.
+    """
+
+    def __init__(self) -> None:
+        self._pending: torch.Tensor | None = None
+        self.steps: list[torch.Tensor] = []
+
+    def hook(self, module: torch.nn.Module, args: Any, output: Any) -> None:
+        logits = output["logits"] if isinstance(output, dict) else output.logits
+        self._pending = torch.log_softmax(logits[:, -1].float(), dim=-1)
+
+    def __call__(self, input_ids: torch.LongTensor, scores: Any, **kwargs: Any) -> torch.BoolTensor:
+        if self._pending is None:
+            raise RuntimeError("HFRolloutEngine: no forward output seen before a token was chosen")
+        chosen = input_ids[:, -1:].to(self._pending.device)
+        self.steps.append(self._pending.gather(-1, chosen).squeeze(-1))
+        self._pending = None
+        return torch.zeros(input_ids.shape[0], dtype=torch.bool, device=input_ids.device)
+
+    def logprobs(self, num_rows: int, num_tokens: int) -> torch.Tensor:
+        """[num_rows, num_tokens] on the CPU (generate may run and then undo a few steps)."""
+        if len(self.steps) < num_tokens:
+            raise RuntimeError(f"HFRolloutEngine: recorded {len(self.steps)} steps for {num_tokens} tokens")
+        if num_tokens == 0:
+            return torch.zeros((num_rows, 0))
+        return torch.stack(self.steps[:num_tokens], dim=1).cpu()
+
+
+def _hf_model(model: torch.nn.Module) -> torch.nn.Module:
+    """The HF model inside a DeepSpeed engine (``.module``), or the model itself."""
+    inner = getattr(model, "module", None)
+    return inner if isinstance(inner, torch.nn.Module) else model
+
+
+def is_zero3_partitioned(model: torch.nn.Module) -> bool:
+    """DeepSpeed ZeRO-3 marks its partitioned parameters with ``ds_id``."""
+    first = next(iter(model.parameters()), None)
+    return first is not None and hasattr(first, "ds_id")
+
+
+def _world_size() -> int:
+    dist = torch.distributed
+    return dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
+
+
+def _all_gather_object(obj: Any) -> list[Any]:
+    out: list[Any] = [None] * torch.distributed.get_world_size()
+    torch.distributed.all_gather_object(out, obj)
+    return out
+
+
+def agreed_chunks(num_local: int, first_prompt: PromptInput | None) -> tuple[int, PromptInput | None]:
+    """(the largest chunk count over ranks, a prompt to fill dummy chunks with).
+
+    The filler is this rank's own first prompt, else (a rank with no prompts) another rank's, so
+    dummy chunks have the same modality as the real ones (a VL model's vision tower runs in both).
+    """
+    counts = _all_gather_object(num_local)
+    total = max(counts)
+    if min(counts) == 0 < total:  # some rank has nothing to sample: it borrows a prompt
+        donors = [p for p in _all_gather_object(first_prompt if num_local else None) if p is not None]
+        first_prompt = first_prompt if num_local else donors[0]
+    return total, first_prompt
+
+
 class HFRolloutEngine:
     """RolloutEngine over an HF causal LM / Qwen2.5-VL model (see module docstring)."""
 
     name = "hf"
+    shares_trainer_weights = True  # samples from the trainer's module: nothing to push or check
 
     def __init__(
         self,
@@ -127,7 +209,7 @@ class HFRolloutEngine:
         model_config = getattr(getattr(model, "module", model), "config", None)
         self.suppress_token_ids = (multimodal_token_ids(model_config)
                                    if suppress_token_ids is None else [int(t) for t in suppress_token_ids])
-        self.num_synced_tensors = 0  # tensors actually copied by sync_weights (0 when colocated)
+        self.num_synced_tensors = 0  # tensors actually copied by update_weights (0 when colocated)
 
     # ------------------------------------------------------------------------------------------
     def generate(self, prompts: Sequence[PromptInput], n: int | Sequence[int], sampling: SamplingConfig) -> list[Response]:
@@ -136,21 +218,33 @@ class HFRolloutEngine:
         flat = [i for i, k in enumerate(ns) for _ in range(k)]  # prompt index of each sequence
         gen_cfg = generation_config(sampling, eos_token_ids=self.eos_token_ids, pad_token_id=self.pad_token_id,
                                     suppress_token_ids=self.suppress_token_ids)
+        starts = list(range(0, len(flat), self.batch_size))
+        # ZeRO-3 on several ranks: every rank runs the same forwards (see the module docstring).
+        synced = _world_size() > 1 and is_zero3_partitioned(self.model)
+        total, filler = len(starts), None
+        if synced:
+            total, filler = agreed_chunks(len(starts), prompts[flat[0]] if flat else None)
         was_training = self.model.training
         self.model.eval()
         responses: list[Response] = []
         try:
-            for c, start in enumerate(range(0, len(flat), self.batch_size)):
-                idx = flat[start:start + self.batch_size]
+            for c in range(total):
                 chunk_seed = None if sampling.seed is None else sampling.seed + c
-                responses += self._generate_chunk([prompts[i] for i in idx], idx, gen_cfg, chunk_seed)
+                if c < len(starts):
+                    idx = flat[starts[c]:starts[c] + self.batch_size]
+                    responses += self._generate_chunk([prompts[i] for i in idx], idx, gen_cfg, chunk_seed, synced)
+                else:  # a dummy chunk: this rank's forwards keep pace with the others'; dropped, and
+                    # seeded (in a forked RNG) so that it leaves this rank's RNG stream as it was
+                    assert filler is not None
+                    self._generate_chunk([filler], [0], gen_cfg, 0 if chunk_seed is None else chunk_seed, synced)
         finally:
             self.model.train(was_training)
             self._reset_rope_cache()
         return responses
 
     def _generate_chunk(
-        self, chunk: list[PromptInput], prompt_index: list[int], gen_cfg: GenerationConfig, seed: int | None
+        self, chunk: list[PromptInput], prompt_index: list[int], gen_cfg: GenerationConfig, seed: int | None,
+        synced: bool = False,
     ) -> list[Response]:
         device = module_device(self.model)  # prompts go where the model is; results come back on the CPU
         # collate with empty responses = left-padded prompts plus image tensors.
@@ -163,26 +257,24 @@ class HFRolloutEngine:
             if key in batch:
                 kwargs[key] = batch[key].to(device)
         P = batch["input_ids"].shape[1]
-        with torch.no_grad():
-            if seed is None:
-                out = self.model.generate(**kwargs, generation_config=gen_cfg)
-            else:
-                devices = [device] if device.type == "cuda" else []
-                with torch.random.fork_rng(devices=devices):
-                    torch.manual_seed(seed)
-                    out = self.model.generate(**kwargs, generation_config=gen_cfg)
-        seq = out.sequences[:, P:]  # [b, T] on the model's device
-        gen = seq.cpu()
+        recorder = _RawLogprobRecorder()
+        kwargs.update(generation_config=gen_cfg, stopping_criteria=StoppingCriteriaList([recorder]),
+                      synced_gpus=synced)
+        handle = _hf_model(self.model).register_forward_hook(recorder.hook)
+        try:
+            with torch.no_grad():
+                if seed is None:
+                    out = self.model.generate(**kwargs)
+                else:
+                    devices = [device] if device.type == "cuda" else []
+                    with torch.random.fork_rng(devices=devices):
+                        torch.manual_seed(seed)
+                        out = self.model.generate(**kwargs)
+        finally:
+            handle.remove()
+        gen = out.sequences[:, P:].cpu()  # [b, T]
         T = gen.shape[1]
-        if len(out.logits) != T:
-            raise RuntimeError(f"HFRolloutEngine: generate returned {len(out.logits)} logit steps for {T} tokens")
-        # log-softmax of the raw logits, one step at a time: never a [b, T, V] float copy; the
-        # [b, T] result is stacked where the logits are and copied to the CPU once.
-        logps = torch.stack(
-            [torch.log_softmax(step.float(), dim=-1).gather(-1, seq[:, t:t + 1].to(step.device)).squeeze(-1)
-             for t, step in enumerate(out.logits)],
-            dim=1,
-        ).cpu() if T else torch.zeros((gen.shape[0], 0))
+        logps = recorder.logprobs(gen.shape[0], T)
         eos = torch.tensor(self.eos_token_ids)
         results = []
         for row in range(gen.shape[0]):
@@ -213,7 +305,32 @@ class HFRolloutEngine:
             inner.rope_deltas = None
 
     # ------------------------------------------------------------------------------------------
-    def sync_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]]) -> None:
+    def logprobs_of(self, prompts: Sequence[PromptInput], response_ids: Sequence[Sequence[int]]) -> list[list[float]]:
+        """Log-probs of given responses under the engine's model: one forward per ``batch_size`` rows."""
+        if len(prompts) != len(response_ids):
+            raise ValueError(f"HFRolloutEngine.logprobs_of: {len(prompts)} prompts but {len(response_ids)} responses")
+        out: list[list[float]] = []
+        device = module_device(self.model)
+        with torch.no_grad():
+            for start in range(0, len(prompts), self.batch_size):
+                rows = range(start, min(start + self.batch_size, len(prompts)))
+                batch = collate([prompts[i] for i in rows], [list(response_ids[i]) for i in rows], self.pad_token_id)
+                batch = {k: v.to(device) if isinstance(v, torch.Tensor) else v for k, v in batch.items()}
+                logp = response_logprobs(self.model, batch).float().cpu()
+                out += [logp[j, : len(response_ids[i])].tolist() for j, i in enumerate(rows)]
+        self._reset_rope_cache()
+        return out
+
+    def sleep(self) -> None:
+        """Nothing to release: the weights are the trainer's and no KV cache outlives ``generate``."""
+
+    def wake_up(self, tags: Sequence[str] | None = None) -> None:
+        """Nothing to restore (see :meth:`sleep`)."""
+
+    def close(self) -> None:
+        """Nothing to free: the model belongs to the caller."""
+
+    def update_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]]) -> None:
         """Load new weights (HF parameter names) into the engine's model.
 
         Colocated (the engine's model IS the trainer's module) every tensor is already the
@@ -225,15 +342,22 @@ class HFRolloutEngine:
         with torch.no_grad():
             for name, tensor in named_tensors:
                 if name not in state:
-                    raise ValueError(f"HFRolloutEngine.sync_weights: unknown parameter {name!r}")
+                    raise ValueError(f"HFRolloutEngine.update_weights: unknown parameter {name!r}")
                 target = state[name]
                 if target is tensor or (target.data_ptr() == tensor.data_ptr() and target.device == tensor.device):
                     continue
                 if target.shape != tensor.shape:
                     raise ValueError(
-                        f"HFRolloutEngine.sync_weights: {name} has shape {tuple(tensor.shape)}, "
+                        f"HFRolloutEngine.update_weights: {name} has shape {tuple(tensor.shape)}, "
                         f"engine expects {tuple(target.shape)}"
                     )
                 target.copy_(tensor.to(device=target.device, dtype=target.dtype))
                 copied += 1
         self.num_synced_tensors += copied
+
+
+def build_hf_engine(spec: Any, context: EngineContext) -> HFRolloutEngine:
+    """The registry's ``hf`` factory (``fastrl.engines``): samples from ``context.model`` itself,
+    configured by ``spec.hf`` (``rollout.hf``) of the ``fastrl.policy.PolicySpec``."""
+    return HFRolloutEngine(context.model, context.tokenizer, eos_token_ids=context.stop_token_ids,
+                           pad_token_id=context.pad_token_id, batch_size=spec.hf.batch_size)

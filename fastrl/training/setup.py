@@ -94,16 +94,23 @@ class PolicyBundle:
         return self.kit.score(texts, records)
 
     def sync_and_check(self, kept: RolloutBatch) -> dict[str, float]:
-        """Push new weights to the rollout engine; for engines that hold their own copy, prove the
-        sync by comparing engine and trainer log-probs on freshly sampled responses."""
-        if self.engine.name == "hf":
-            return {}  # colocated: the HF engine samples from the trainer's own module
-        self.engine.sync_weights(self.actor.named_parameters_for_sync())
+        """Wake the engine and push the new weights; for engines that hold their own copy, prove the
+        sync by comparing engine and trainer log-probs on freshly sampled responses.
+
+        The engine's weights wake first and its KV cache only after the push, so the cache's
+        memory is still free while the (ZeRO-3-gathered) weights stream in."""
+        self.engine.wake_up(("weights",))
+        if not self.engine.shares_trainer_weights:
+            self.engine.update_weights(self.actor.named_parameters_for_sync())
+        self.engine.wake_up(("kv_cache",))
+        if self.engine.shares_trainer_weights:
+            return {}  # the engine samples from the trainer's own module: nothing to check
         return self.check_engine_logprobs(kept)
 
     def check_engine_logprobs(self, kept: RolloutBatch) -> dict[str, float]:
+        """Engine vs trainer log-probs on responses the engine samples now for a few kept prompts."""
         from fastrl.models.forward import collate, response_logprobs
-        from fastrl.rollout.vllm import logprob_check
+        from fastrl.rollout.logprob_check import logprob_check
 
         k = min(self.cfg.rollout.logprob_check_samples, len(kept))
         seen, prompts = set(), []
@@ -143,8 +150,9 @@ class PolicyBundle:
 
     def after_load(self) -> None:
         """After a checkpoint restore, engines holding their own weights must be re-synced."""
-        if self.engine.name != "hf":
-            self.engine.sync_weights(self.actor.named_parameters_for_sync())
+        if not self.engine.shares_trainer_weights:
+            self.engine.wake_up()
+            self.engine.update_weights(self.actor.named_parameters_for_sync())
 
 
 def build_actor_config(cfg: FastRLConfig):

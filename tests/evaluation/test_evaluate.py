@@ -30,8 +30,22 @@ class CannedEngine:
                 out.append(Response(prompt_index=i, response_ids=[1, 2], text=self.canned[p.uid][j], logprobs=[-0.1, -0.2], finish_reason="stop"))
         return out[:-1] if self.drop_last else out
 
-    def sync_weights(self, named_tensors):
+    shares_trainer_weights = False
+
+    def update_weights(self, named_tensors):
         raise NotImplementedError
+
+    def logprobs_of(self, prompts, response_ids):
+        raise NotImplementedError
+
+    def sleep(self):
+        pass
+
+    def wake_up(self, tags=None):
+        pass
+
+    def close(self):
+        pass
 
 
 def encode(rec: Record) -> PromptInput:

