@@ -8,7 +8,7 @@ Layout under ``run_dir/ckpt``::
       COMPLETE              written last, before the rename
     latest                  text "step_N", replaced atomically after the rename
     .tmp-step_N/            a checkpoint being written (a SIGKILL leaves it; ignored, and removed
-                            by the next save of that step)
+                            by the next save)
     .old-step_N/            the previous copy of step_N while a re-save of that step swaps it out
                             (the end-of-run save when total_steps % save_every == 0)
 
@@ -43,7 +43,6 @@ import pickle
 import random
 import re
 import shutil
-import signal
 import zipfile
 from pathlib import Path
 from typing import Any
@@ -53,6 +52,7 @@ import torch
 
 from fastrl.training import distributed as D
 from fastrl.training.actor import Actor
+from fastrl.training.run_dir import fault_point
 
 log = logging.getLogger(__name__)
 
@@ -62,19 +62,8 @@ STATE_FILE = "trainer_state.pt"
 COMPLETE_FILE = "COMPLETE"
 _STEP_RE = re.compile(r"^step_(\d+)$")
 _OLD_RE = re.compile(r"^\.old-step_(\d+)$")
-# Test hook: FASTRL_TEST_KILL_AT=<point> SIGKILLs this process when it reaches fault_point(<point>)
-# (tests aim kills inside a checkpoint write with it; unset, it costs one dict lookup).
-KILL_ENV = "FASTRL_TEST_KILL_AT"
-
-
 class CheckpointCorrupt(ValueError):
     """A checkpoint folder marked complete whose files do not load (truncated, zero-byte...)."""
-
-
-def fault_point(name: str) -> None:
-    """SIGKILL this process here when ``$FASTRL_TEST_KILL_AT`` names this point (tests only)."""
-    if os.environ.get(KILL_ENV) == name:
-        os.kill(os.getpid(), signal.SIGKILL)
 
 
 def capture_rng_state() -> dict[str, Any]:
@@ -214,8 +203,9 @@ def save_checkpoint(
     if D.is_main():
         if root.is_dir():
             _restore_old_copies(root)
-        if tmp.exists():  # left behind by a run killed while writing this step
-            shutil.rmtree(tmp)
+            # left behind by a run killed while writing (the run dir has one writer: all are stale)
+            for stale in root.glob(".tmp-step_*"):
+                shutil.rmtree(stale)
         tmp.mkdir(parents=True)
     D.barrier()
 

@@ -32,8 +32,8 @@ from fastrl.training import distributed as dist
 from fastrl.training.batch import RolloutBatch
 from fastrl.training.components import Components, build_components
 from fastrl.training.metrics import RunLogger, StageTimer, progress_postfix
-from fastrl.training.run_dir import (FINAL_DIR, Opening, RunDirError, RunLock, open_run, write_identity,
-                                     write_summary)
+from fastrl.training.run_dir import (FINAL_DIR, Opening, RunDirError, RunLock, fault_point, open_run,
+                                     write_identity, write_summary)
 from fastrl.training.setup import PolicyBundle, build_policy, load_datasets
 from fastrl.training.update import LossSettings, compute_logprobs, plan_minibatches, update_policy
 
@@ -454,6 +454,7 @@ class Trainer:
             if cfg.val_every and self.state.step % cfg.val_every == 0 and self.state.step < cfg.total_steps:
                 metrics.update(self.validate())
             self.logger.log(self.state.step, metrics)
+            fault_point("after_step_line")
             if bar is not None:
                 bar.set_postfix(progress_postfix(metrics), refresh=False)
                 bar.update(1)
@@ -470,9 +471,11 @@ class Trainer:
         if cfg.save_every:
             self.save()
         final_model = str(self.policy.export(self.run_dir / FINAL_DIR))
+        fault_point("before_final_line")
         # Last: the final line marks the run finished (experiments.logs.is_finished), so it comes
         # after the checkpoint and final/ it promises.
         self.logger.log(self.state.step, {**after, K.PHASE: K.PHASE_VAL_FINAL})
+        fault_point("before_summary")
         summary.update({"acc_after": after.get(K.VAL_ACCURACY), "acc_after_n1": after.get(K.VAL_ACCURACY_N1),
                         "train_wall_s": train_wall_s, "steps": self.state.step,
                         **{k: v for k, v in after.items() if k.startswith(K.OOD_PREFIX)},

@@ -25,6 +25,7 @@ import fcntl
 import json
 import logging
 import os
+import signal
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -63,6 +64,23 @@ RESUMABLE_KEYS: tuple[str, ...] = (
     "rollout.logprob_check_tol",
     "rollout.logprob_check_samples",
 )
+
+
+# Test hook: FASTRL_TEST_KILL_AT=<point>[:<k>] SIGKILLs this process the k-th time (default: first)
+# it reaches fault_point(<point>); tests aim kills inside a checkpoint write with it. Unset, it
+# costs one dict lookup.
+KILL_ENV = "FASTRL_TEST_KILL_AT"
+_fault_hits: dict[str, int] = {}
+
+
+def fault_point(name: str) -> None:
+    """SIGKILL this process here when ``$FASTRL_TEST_KILL_AT`` names this point (tests only)."""
+    target = os.environ.get(KILL_ENV)
+    if not target or target.split(":")[0] != name:
+        return
+    _fault_hits[name] = _fault_hits.get(name, 0) + 1
+    if _fault_hits[name] == int(target.partition(":")[2] or 1):
+        os.kill(os.getpid(), signal.SIGKILL)
 
 
 class RunDirError(ValueError):
