@@ -101,7 +101,7 @@ class Trainer:
             try:
                 self._lock.acquire()
                 opening = open_run(self.run_dir, self.cfg, force_new=force_new)
-            except (RunDirError, OSError) as exc:
+            except (ValueError, OSError) as exc:  # RunDirError, a damaged log, an unwritable dir
                 opening = Opening(error=str(exc))
         opening = dist.broadcast_object(opening)
         if opening.error is not None or opening.finished is not None:

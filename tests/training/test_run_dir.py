@@ -176,3 +176,9 @@ def test_the_kill_hook_fires_on_the_kth_arrival(tmp_path: Path) -> None:
     start = time.time()
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
     assert out.returncode == -9 and out.stdout.split() == ["0", "1", "2"], (out, time.time() - start)
+
+
+def test_the_readme_lists_the_resumable_keys() -> None:
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    section = readme.split("### Failure behaviour: the run directory", 1)[1].split("\n## ", 1)[0]
+    assert all(f"`{key}`" in section for key in R.RESUMABLE_KEYS)
