@@ -231,17 +231,17 @@ def save_checkpoint(
     return final
 
 
-def checkpoint_candidates(run_dir: Path) -> list[tuple[int, Path]]:
+def checkpoint_candidates(run_dir: Path, *, warn: bool = False) -> list[tuple[int, Path]]:
     """(step, folder) of every complete checkpoint of ``run_dir``, newest first: committed
     ``step_N`` folders, and a complete ``.old-step_N`` where ``step_N`` is missing or incomplete (a
-    re-save killed between its renames). ``latest`` naming anything else is warned about: the
-    folders themselves decide. Half-written ``.tmp-step_N`` folders are never listed."""
+    re-save killed between its renames). ``latest`` naming anything else is warned about (``warn``):
+    the folders themselves decide. Half-written ``.tmp-step_N`` folders are never listed."""
     root = Path(run_dir) / CKPT_SUBDIR
     committed = _committed(root)
     steps = {step for step, _ in committed}
     found = committed + [(step, p) for step, p in _complete_folders(root, _OLD_RE) if step not in steps]
     pointer = root / LATEST_FILE
-    if pointer.is_file():
+    if warn and pointer.is_file():
         name = pointer.read_text().strip()
         if name not in {p.name for _, p in committed}:
             log.warning("%s names %r, which is not a complete checkpoint folder; using the newest complete one "
@@ -251,7 +251,7 @@ def checkpoint_candidates(run_dir: Path) -> list[tuple[int, Path]]:
 
 def latest_checkpoint(run_dir: Path) -> Path | None:
     """The newest complete checkpoint of ``run_dir`` (see :func:`checkpoint_candidates`), or None."""
-    found = checkpoint_candidates(run_dir)
+    found = checkpoint_candidates(run_dir, warn=True)
     return found[0][1] if found else None
 
 
@@ -298,7 +298,7 @@ def load_latest(run_dir: Path, actor: Actor) -> tuple[int, dict[str, Any]] | Non
     """Load the newest checkpoint of ``run_dir`` that loads on every rank; returns (its step, the
     trainer state), or None when the run has no checkpoint. A damaged one is skipped with a one-line
     warning; when every one is damaged, the error lists them. Collective."""
-    candidates = checkpoint_candidates(run_dir) if D.is_main() else []
+    candidates = checkpoint_candidates(run_dir, warn=True) if D.is_main() else []
     candidates = D.broadcast_object(candidates)
     problems: list[str] = []
     for step, path in candidates:

@@ -91,7 +91,7 @@ class RunLogger:
             self._tb.close()
 
 
-def parse_metrics(path: Path) -> list[dict[str, Any]]:
+def parse_metrics(path: Path, *, warn: bool = True) -> list[dict[str, Any]]:
     """The rows of a metrics.jsonl. A last line that is not JSON (torn by a kill mid-write) is
     dropped with a warning naming the file; a bad line before it is an error naming file and line."""
     lines = Path(path).read_text().splitlines()
@@ -104,14 +104,15 @@ def parse_metrics(path: Path) -> list[dict[str, Any]]:
         except json.JSONDecodeError as exc:
             if any(rest.strip() for rest in lines[number:]):
                 raise ValueError(f"{path} line {number} is not JSON ({exc}); the log is damaged") from None
-            log.warning("%s: dropped its torn last line %d (%d characters, not JSON: %s)", path, number,
-                        len(line), exc)
+            if warn:
+                log.warning("%s: dropped its torn last line %d (%d characters, not JSON: %s)", path, number,
+                            len(line), exc)
     return rows
 
 
-def read_metrics(run_dir: Path) -> list[dict[str, Any]]:
+def read_metrics(run_dir: Path, *, warn: bool = True) -> list[dict[str, Any]]:
     path = Path(run_dir) / "metrics.jsonl"
-    return parse_metrics(path) if path.exists() else []
+    return parse_metrics(path, warn=warn) if path.exists() else []
 
 
 def progress_postfix(metrics: dict[str, Any]) -> dict[str, str]:

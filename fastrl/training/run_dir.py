@@ -142,13 +142,13 @@ def write_identity(run_dir: Path, cfg: FastRLConfig) -> None:
 # ------------------------------------------------------------------------------------ finished runs
 def is_finished(run_dir: Path) -> bool:
     """The log ends with the final validation line (written after ``final/``) and ``final/`` exists."""
-    rows = read_metrics(Path(run_dir))
+    rows = read_metrics(Path(run_dir), warn=False)  # the resume warns about a torn line, once
     return bool(rows) and rows[-1].get(K.PHASE) == K.PHASE_VAL_FINAL and (Path(run_dir) / FINAL_DIR).is_dir()
 
 
 def finished_steps(run_dir: Path) -> int:
     """Training steps of a finished run (the step of its final line)."""
-    return int(read_metrics(Path(run_dir))[-1][K.STEP])
+    return int(read_metrics(Path(run_dir), warn=False)[-1][K.STEP])
 
 
 def write_summary(run_dir: Path, summary: Mapping[str, Any]) -> Path:
