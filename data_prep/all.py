@@ -89,4 +89,6 @@ def main(argv: Sequence[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1:])
+    from data_prep.common import run_main
+
+    sys.exit(run_main(lambda: main(sys.argv[1:]), "python -m data_prep.all"))

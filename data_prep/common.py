@@ -299,3 +299,23 @@ def main_for(spec: DatasetSpec, module: Any, argv: Sequence[str] | None = None) 
     for r in results:
         print(f"{spec.title} {r.split}: {r.stats['rows']} rows, {r.stats['images']} images -> {r.out_path}")
     return results
+
+
+def run_main(main: Callable[[], Any], prog: str) -> int:
+    """What ``python -m data_prep.<name>`` exits with: bad input (a ValueError, a missing file) is
+    one line ``<prog>: error: ...`` and code 2, Ctrl-C one line and code 130, never a traceback
+    (``FASTRL_DEBUG=1`` adds it)."""
+    import sys
+    import traceback
+
+    try:
+        main()
+    except (ValueError, FileNotFoundError) as exc:
+        if os.environ.get("FASTRL_DEBUG"):
+            traceback.print_exc()
+        print(f"{prog}: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print(f"{prog}: interrupted (SIGINT)", file=sys.stderr)
+        return 130
+    return 0

@@ -57,4 +57,8 @@ def main(argv: Sequence[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    import sys
+
+    from data_prep.common import run_main
+
+    sys.exit(run_main(main, "python -m data_prep.mathvista"))

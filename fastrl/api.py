@@ -44,18 +44,28 @@ def _config(config: str | Path | FastRLConfig, overrides: Sequence[str], scale: 
     return load_config(config, list(overrides), scale=scale)
 
 
-def train(config: str | Path | FastRLConfig, overrides: Sequence[str] = (), scale: str | None = None) -> dict[str, Any]:
+def train(config: str | Path | FastRLConfig, overrides: Sequence[str] = (), scale: str | None = None, *,
+          force_new: bool = False) -> dict[str, Any]:
     """Train one run: ``config`` is a YAML under ``configs/`` (e.g. ``methods/fastrl.yaml``), a path
     or a loaded ``FastRLConfig``; ``overrides`` are ``dotted.key=value`` strings; ``scale`` is
     ``smoke`` | ``mini`` | ``paper`` (default: the config's, else mini).
 
+    An existing run in ``trainer.run_dir`` resumes when the config is its own (up to the keys of
+    fastrl.training.run_dir.RESUMABLE_KEYS), else it is a RunDirError; a finished run is not
+    retrained (the summary then has ``"status": "finished"``). ``force_new=True`` moves the old run
+    aside to ``<run_dir>.replaced-<UTC time>/`` and starts over.
+
     Returns ``Trainer.fit()``'s summary plus ``method`` and ``run_dir``; the run's metrics are in
-    ``<run_dir>/metrics.jsonl`` and its final policy in ``<run_dir>/final``."""
+    ``<run_dir>/metrics.jsonl``, the summary in ``<run_dir>/summary.json`` and its final policy in
+    ``<run_dir>/final``."""
+    from fastrl.training.run_dir import check_unlocked
+
+    cfg = _config(config, overrides, scale)
+    check_unlocked(Path(cfg.trainer.run_dir))  # a run dir in use fails now, not after torch's import
     default_accelerator()
     from fastrl.training.pipeline import Trainer
 
-    cfg = _config(config, overrides, scale)
-    summary = Trainer(cfg).fit()
+    summary = Trainer(cfg, force_new=force_new).fit()
     summary.update({"method": cfg.method, "run_dir": cfg.trainer.run_dir})
     return summary
 
@@ -89,7 +99,8 @@ def sweep(sweep_file: str | Path, overrides: Sequence[str] = (), scale: str | No
 def sft(config: str | Path | FastRLConfig = "methods/grpo.yaml", overrides: Sequence[str] = (),
         scale: str | None = None) -> Path:
     """The config's policy directory: ``model.path`` when given, else the tiny model's SFT warm
-    start for the task, built (or read from ``.cache/sft``)."""
+    start for the task, built (or read from the cache: ``$FASTRL_CACHE/sft``, else
+    ``<repository>/.cache/sft``)."""
     from fastrl.training.setup import resolve_policy_path
 
     return Path(resolve_policy_path(_config(config, overrides, scale)))

@@ -5,7 +5,8 @@
     fastrl demo
 
 A bad config key or value, a missing file or model path and other bad input end with one line,
-``fastrl: error: ...``, and exit code 2; ``fastrl --debug ...`` adds the traceback.
+``fastrl: error: ...``, and exit code 2; ``fastrl --debug ...`` adds the traceback. Ctrl-C (SIGINT)
+ends with ``fastrl: interrupted (SIGINT)`` and exit code 130.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 
 def cmd_train(args: argparse.Namespace) -> int:
-    summary = api.train(args.config, args.overrides, args.scale)
+    summary = api.train(args.config, args.overrides, args.scale, force_new=args.force_new)
     print(json.dumps(summary, indent=2))
     return 0
 
@@ -84,6 +85,8 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("config", help="a YAML under configs/ (e.g. methods/fastrl.yaml) or a path")
     t.add_argument("overrides", nargs="*", help="dotted.key=value overrides")
     t.add_argument("--scale", default=None, help="smoke | mini | paper (default: the config's, else mini)")
+    t.add_argument("--force-new", action="store_true",
+                   help="start over in an existing run dir: its contents move to <run_dir>.replaced-<UTC time>/")
     t.set_defaults(func=cmd_train)
 
     s = sub.add_parser("sweep", help="run a sweep file: {base: CONFIG, sweep: {key: [values]}}")
@@ -160,6 +163,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             traceback.print_exc()
         print(f"{parser.prog}: error: {exc}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:  # Ctrl-C: one line, the shell's code for SIGINT; a run resumes from its checkpoint
+        if args.debug:
+            traceback.print_exc()
+        print(f"{parser.prog}: interrupted (SIGINT)", file=sys.stderr)
+        return 130
     from fastrl.training.distributed import shutdown_distributed
 
     shutdown_distributed()

@@ -9,7 +9,8 @@ spec, seed, steps, lr, batch size, number of training problems, prompt template 
 vocabulary, this module's SFT_VERSION) and of nothing else: no module path or source hash, so
 moving the code keeps every cached warm start. A directory with a complete manifest is returned as is;
 training writes to a temporary directory renamed into place at the end, so a killed run never
-leaves a half-written cache entry.
+leaves a half-written cache entry. The cache lives under :func:`default_cache_root`
+(``$FASTRL_CACHE/sft``, else ``<repository>/.cache/sft``).
 
 Every SFT example uses a worked solution drawn at random among the problem's routes (see
 ``fastrl.mini.tasks``), so the policy samples several routes at T=1 and responses to one
@@ -35,6 +36,7 @@ from typing import Any, Sequence
 import numpy as np
 import torch
 
+from fastrl.config import REPO_ROOT
 from fastrl.data.schema import Record
 from fastrl.data.templates import TEMPLATE_REWARD, build_prompt_text
 from fastrl.mini.builders import TinyModelSpec, build_tiny_model_dir
@@ -50,6 +52,16 @@ from fastrl.rollout.base import SamplingConfig
 log = logging.getLogger(__name__)
 
 SFT_VERSION = 1  # bump when the training recipe below changes the weights it produces
+
+CACHE_ENV = "FASTRL_CACHE"
+
+
+def default_cache_root() -> Path:
+    """Where warm starts are cached: ``$FASTRL_CACHE/sft`` when that is set, else
+    ``<repository>/.cache/sft``; never relative to the working directory, so a run started from
+    another folder reuses the same warm start."""
+    root = os.environ.get(CACHE_ENV)
+    return (Path(root).expanduser() if root else REPO_ROOT / ".cache") / "sft"
 MANIFEST = "sft_manifest.json"
 JACCARD_QUANTILES = (0.05, 0.25, 0.5, 0.75, 0.95)
 

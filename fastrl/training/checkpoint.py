@@ -8,13 +8,21 @@ Layout under ``run_dir/ckpt``::
       COMPLETE              written last, before the rename
     latest                  text "step_N", replaced atomically after the rename
     .tmp-step_N/            a checkpoint being written (a SIGKILL leaves it; ignored, and removed
-                            by the next save of that step)
+                            by the next save)
+    .old-step_N/            the previous copy of step_N while a re-save of that step swaps it out
+                            (the end-of-run save when total_steps % save_every == 0)
 
 A checkpoint is committed by ``os.replace(.tmp-step_N, step_N)`` (a directory rename: atomic on a
 POSIX file system), after every file in it was fsync'ed; the ``latest`` pointer is then replaced
 atomically (write a temp file, fsync, ``os.replace``). A kill at any moment leaves either the
-previous or the new checkpoint as the newest complete one; :func:`latest_checkpoint` also picks up
-a committed ``step_N`` newer than ``latest`` (a kill between the two renames).
+previous or the new checkpoint as the newest complete one: :func:`checkpoint_candidates` lists the
+complete ``step_N`` folders newest first whatever ``latest`` says (a pointer naming a folder that is
+not complete is warned about, not trusted), and a complete ``.old-step_N`` stands in for a
+``step_N`` that a killed re-save left missing (the next save renames it back).
+
+Loading falls back: :func:`load_latest` tries the candidates newest first; one whose files do not
+load (a truncated or zero-byte ``trainer_state.pt`` / ``actor_state.pt``) is skipped with a one-line
+warning naming the file and the error, and only when none is left is it an error.
 
 Multi-rank: every rank calls :func:`save_checkpoint` and :func:`load_checkpoint` (the actor's
 save/load are collective); rank 0 does the renames. The checkpoint folder must be on a file system
@@ -28,11 +36,14 @@ restored on load.
 
 from __future__ import annotations
 
+import json
 import logging
 import os
+import pickle
 import random
 import re
 import shutil
+import zipfile
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +52,7 @@ import torch
 
 from fastrl.training import distributed as D
 from fastrl.training.actor import Actor
+from fastrl.training.run_dir import fault_point
 
 log = logging.getLogger(__name__)
 
@@ -49,6 +61,9 @@ LATEST_FILE = "latest"
 STATE_FILE = "trainer_state.pt"
 COMPLETE_FILE = "COMPLETE"
 _STEP_RE = re.compile(r"^step_(\d+)$")
+_OLD_RE = re.compile(r"^\.old-step_(\d+)$")
+class CheckpointCorrupt(ValueError):
+    """A checkpoint folder marked complete whose files do not load (truncated, zero-byte...)."""
 
 
 def capture_rng_state() -> dict[str, Any]:
@@ -129,16 +144,48 @@ def checkpoint_step(path: Path) -> int:
     return int(m.group(1))
 
 
-def _committed(ckpt_root: Path) -> list[tuple[int, Path]]:
-    """Complete ``step_N`` folders, sorted by N."""
+def _complete_folders(ckpt_root: Path, pattern: re.Pattern[str]) -> list[tuple[int, Path]]:
+    """Folders of ``ckpt_root`` whose name matches ``pattern`` and that hold COMPLETE, sorted by step."""
     if not ckpt_root.is_dir():
         return []
     found = []
     for child in ckpt_root.iterdir():
-        m = _STEP_RE.match(child.name)
+        m = pattern.match(child.name)
         if m and child.is_dir() and (child / COMPLETE_FILE).is_file():
             found.append((int(m.group(1)), child))
     return sorted(found)
+
+
+def _committed(ckpt_root: Path) -> list[tuple[int, Path]]:
+    """Complete ``step_N`` folders, sorted by N."""
+    return _complete_folders(ckpt_root, _STEP_RE)
+
+
+def _restore_old_copies(root: Path) -> None:
+    """Rank 0, before a save: a complete ``.old-step_N`` left by a re-save killed between its two
+    renames becomes ``step_N`` again when that is missing; otherwise it is a redundant copy."""
+    committed = {step for step, _ in _committed(root)}
+    for step, old in _complete_folders(root, _OLD_RE):
+        if step in committed:
+            shutil.rmtree(old)
+        else:
+            shutil.rmtree(root / f"step_{step}", ignore_errors=True)  # an incomplete leftover, if any
+            os.replace(old, root / f"step_{step}")
+
+
+def _commit(root: Path, tmp: Path, final: Path) -> None:
+    """Rename the written ``tmp`` to ``final``; a re-save moves the old ``final`` aside first, and
+    until the second rename that ``.old-step_N`` is a complete checkpoint loaders accept."""
+    if not final.exists():
+        os.replace(tmp, final)
+        return
+    old = root / f".old-{final.name}"
+    if old.exists():
+        shutil.rmtree(old)
+    os.replace(final, old)
+    fault_point("resave_between_renames")
+    os.replace(tmp, final)
+    shutil.rmtree(old)
 
 
 def save_checkpoint(
@@ -154,30 +201,28 @@ def save_checkpoint(
     final = root / f"step_{step}"
     tmp = root / f".tmp-step_{step}"
     if D.is_main():
-        if tmp.exists():  # left behind by a run killed while writing this step
-            shutil.rmtree(tmp)
+        if root.is_dir():
+            _restore_old_copies(root)
+            # left behind by a run killed while writing (the run dir has one writer: all are stale)
+            for stale in root.glob(".tmp-step_*"):
+                shutil.rmtree(stale)
         tmp.mkdir(parents=True)
     D.barrier()
 
     rng_per_rank = D.all_gather_object(capture_rng_state())
     actor.save(tmp, client_state={"step": step})
     if D.is_main():
+        fault_point("save_after_actor")
         torch.save(
             {"step": step, "world_size": D.world_size(), "state": state, "rng": rng_per_rank},
             tmp / STATE_FILE,
         )
         (tmp / COMPLETE_FILE).write_text(f"step_{step}\n")
         _fsync_tree(tmp)
-        if final.exists():  # re-saving a step (e.g. after a resume): move the old one aside
-            old = root / f".old-step_{step}"
-            if old.exists():
-                shutil.rmtree(old)
-            os.replace(final, old)
-            os.replace(tmp, final)
-            shutil.rmtree(old)
-        else:
-            os.replace(tmp, final)
+        fault_point("save_before_commit")
+        _commit(root, tmp, final)
         _fsync_dir(root)
+        fault_point("save_before_pointer")
         _write_atomic(root / LATEST_FILE, f"step_{step}\n")
         for _, path in _committed(root)[:-keep]:
             if path != final:
@@ -186,48 +231,87 @@ def save_checkpoint(
     return final
 
 
-def latest_checkpoint(run_dir: Path) -> Path | None:
-    """The newest complete checkpoint of ``run_dir``, or None if there is none.
-
-    Follows ``latest``; a committed ``step_N`` newer than it (a kill between the commit rename and
-    the pointer update) wins. Half-written ``.tmp-step_N`` folders are never returned.
-    """
+def checkpoint_candidates(run_dir: Path, *, warn: bool = False) -> list[tuple[int, Path]]:
+    """(step, folder) of every complete checkpoint of ``run_dir``, newest first: committed
+    ``step_N`` folders, and a complete ``.old-step_N`` where ``step_N`` is missing or incomplete (a
+    re-save killed between its renames). ``latest`` naming anything else is warned about (``warn``):
+    the folders themselves decide. Half-written ``.tmp-step_N`` folders are never listed."""
     root = Path(run_dir) / CKPT_SUBDIR
-    pointer = root / LATEST_FILE
-    best: Path | None = None
-    if pointer.is_file():
-        name = pointer.read_text().strip()
-        target = root / name
-        if _STEP_RE.match(name) is None or not (target / COMPLETE_FILE).is_file():
-            raise ValueError(
-                f"{pointer} names {name!r}, which is not a complete checkpoint folder in {root}"
-            )
-        best = target
     committed = _committed(root)
-    if committed and (best is None or committed[-1][0] > checkpoint_step(best)):
-        best = committed[-1][1]
-    return best
+    steps = {step for step, _ in committed}
+    found = committed + [(step, p) for step, p in _complete_folders(root, _OLD_RE) if step not in steps]
+    pointer = root / LATEST_FILE
+    if warn and pointer.is_file():
+        name = pointer.read_text().strip()
+        if name not in {p.name for _, p in committed}:
+            log.warning("%s names %r, which is not a complete checkpoint folder; using the newest complete one "
+                        "(%s)", pointer, name, max(found)[1].name if found else "none")
+    return sorted(found, key=lambda item: (item[0], _STEP_RE.match(item[1].name) is not None), reverse=True)
+
+
+def latest_checkpoint(run_dir: Path) -> Path | None:
+    """The newest complete checkpoint of ``run_dir`` (see :func:`checkpoint_candidates`), or None."""
+    found = checkpoint_candidates(run_dir, warn=True)
+    return found[0][1] if found else None
+
+
+# What a truncated, zero-byte or otherwise damaged file raises from torch.load / json / DeepSpeed.
+_DAMAGE = (OSError, EOFError, RuntimeError, pickle.UnpicklingError, zipfile.BadZipFile, json.JSONDecodeError,
+           KeyError, IndexError)
 
 
 def load_checkpoint(path: Path, actor: Actor) -> dict[str, Any]:
     """Restore the actor (weights, optimizer, scheduler) and this rank's RNG states from ``path``;
-    return the trainer ``state`` that was saved. Collective: every rank calls it."""
+    return the trainer ``state`` that was saved. Collective: every rank calls it.
+
+    A file that does not load is a :class:`CheckpointCorrupt` naming it; a checkpoint of another
+    world size or backend is a plain ValueError (an older checkpoint would not fit either)."""
     path = Path(path)
     state_file = path / STATE_FILE
     if not (path / COMPLETE_FILE).is_file() or not state_file.is_file():
         raise ValueError(f"load_checkpoint: {path} is not a complete checkpoint (no {COMPLETE_FILE})")
-    # weights_only=False: the blob holds numpy RNG states and arbitrary trainer state we wrote.
-    blob = torch.load(state_file, map_location="cpu", weights_only=False)
-    if blob["world_size"] != D.world_size():
+    try:
+        # weights_only=False: the blob holds numpy RNG states and arbitrary trainer state we wrote.
+        blob = torch.load(state_file, map_location="cpu", weights_only=False)
+        saved_world, saved_step, rng = blob["world_size"], blob["step"], blob["rng"]
+    except _DAMAGE as exc:
+        raise CheckpointCorrupt(f"{state_file} does not load ({type(exc).__name__}: {exc})") from exc
+    if saved_world != D.world_size():
         raise ValueError(
-            f"load_checkpoint: {path} was written by {blob['world_size']} ranks, this run has "
+            f"load_checkpoint: {path} was written by {saved_world} ranks, this run has "
             f"{D.world_size()}; resume with the same world size"
         )
-    client = actor.load(path)
-    if client.get("step") != blob["step"]:
-        raise ValueError(
+    try:
+        client = actor.load(path)
+    except _DAMAGE as exc:
+        raise CheckpointCorrupt(f"{path}: the actor state does not load ({type(exc).__name__}: {exc})") from exc
+    if client.get("step") != saved_step:
+        raise CheckpointCorrupt(
             f"load_checkpoint: {path}: actor state is from step {client.get('step')}, "
-            f"trainer state from step {blob['step']}"
+            f"trainer state from step {saved_step}"
         )
-    restore_rng_state(blob["rng"][D.rank()])
+    restore_rng_state(rng[D.rank()])
     return blob["state"]
+
+
+def load_latest(run_dir: Path, actor: Actor) -> tuple[int, dict[str, Any]] | None:
+    """Load the newest checkpoint of ``run_dir`` that loads on every rank; returns (its step, the
+    trainer state), or None when the run has no checkpoint. A damaged one is skipped with a one-line
+    warning; when every one is damaged, the error lists them. Collective."""
+    candidates = checkpoint_candidates(run_dir, warn=True) if D.is_main() else []
+    candidates = D.broadcast_object(candidates)
+    problems: list[str] = []
+    for step, path in candidates:
+        try:
+            state, error = load_checkpoint(path, actor), None
+        except CheckpointCorrupt as exc:
+            state, error = None, str(exc)
+        errors = [e for e in D.all_gather_object(error) if e is not None]
+        if not errors:
+            return step, state  # type: ignore[return-value]
+        problems.append(errors[0])
+        if D.is_main():
+            log.warning("checkpoint %s skipped: %s", path, errors[0])
+    if problems:
+        raise ValueError(f"{run_dir}: no checkpoint loads ({'; '.join(problems)}); pass --force-new to start over")
+    return None

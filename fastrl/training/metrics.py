@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import math
 import time
 from contextlib import contextmanager
@@ -11,6 +12,8 @@ from typing import Any, Iterator
 
 from fastrl import metric_keys as K
 from fastrl.metric_keys import STAGES as STAGES  # re-exported: log readers import it from here
+
+log = logging.getLogger(__name__)
 
 
 class StageTimer:
@@ -60,11 +63,13 @@ class RunLogger:
                 self._tb = None
 
     def truncate_after(self, step: int) -> None:
-        """On resume, drop log lines of steps after the checkpoint (they will be redone)."""
+        """On resume, drop the log lines of steps after the checkpoint (they will be redone) and any
+        final validation line (it is redone after the last step, so a run killed after writing it
+        does not end with two); a torn last line (a kill mid-write) goes with a warning."""
         if not (self.enabled and self.path.exists()):
             return
-        lines = self.path.read_text().splitlines()
-        kept = [ln for ln in lines if ln.strip() and json.loads(ln).get(K.STEP, -1) <= step]
+        kept = [json.dumps(r) for r in parse_metrics(self.path)
+                if r.get(K.STEP, -1) <= step and r.get(K.PHASE) != K.PHASE_VAL_FINAL]
         tmp = self.path.with_suffix(".tmp")
         tmp.write_text("".join(ln + "\n" for ln in kept))
         tmp.replace(self.path)
@@ -86,11 +91,28 @@ class RunLogger:
             self._tb.close()
 
 
-def read_metrics(run_dir: Path) -> list[dict[str, Any]]:
+def parse_metrics(path: Path, *, warn: bool = True) -> list[dict[str, Any]]:
+    """The rows of a metrics.jsonl. A last line that is not JSON (torn by a kill mid-write) is
+    dropped with a warning naming the file; a bad line before it is an error naming file and line."""
+    lines = Path(path).read_text().splitlines()
+    rows: list[dict[str, Any]] = []
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            rows.append(json.loads(line))
+        except json.JSONDecodeError as exc:
+            if any(rest.strip() for rest in lines[number:]):
+                raise ValueError(f"{path} line {number} is not JSON ({exc}); the log is damaged") from None
+            if warn:
+                log.warning("%s: dropped its torn last line %d (%d characters, not JSON: %s)", path, number,
+                            len(line), exc)
+    return rows
+
+
+def read_metrics(run_dir: Path, *, warn: bool = True) -> list[dict[str, Any]]:
     path = Path(run_dir) / "metrics.jsonl"
-    if not path.exists():
-        return []
-    return [json.loads(ln) for ln in path.read_text().splitlines() if ln.strip()]
+    return parse_metrics(path, warn=warn) if path.exists() else []
 
 
 def progress_postfix(metrics: dict[str, Any]) -> dict[str, str]:

@@ -12,6 +12,7 @@ identical on every rank. Only the log-prob passes and the update are sharded (fa
 
 from __future__ import annotations
 
+import logging
 import random
 import time
 from collections import Counter
@@ -24,7 +25,7 @@ import torch
 
 from fastrl import metric_keys as K
 from fastrl.algorithms.pruning import PruneResult
-from fastrl.config import FastRLConfig, save_config, to_dict
+from fastrl.config import FastRLConfig, to_dict
 from fastrl.data.prompt_limit import PromptLimit, PromptTooLongError
 from fastrl.data.schema import Record
 from fastrl.models.inputs import PromptTokens
@@ -33,8 +34,12 @@ from fastrl.training import distributed as dist
 from fastrl.training.batch import RolloutBatch
 from fastrl.training.components import Components, build_components
 from fastrl.training.metrics import RunLogger, StageTimer, progress_postfix
+from fastrl.training.run_dir import (FINAL_DIR, Opening, RunDirError, RunLock, fault_point, open_run,
+                                     write_identity, write_summary)
 from fastrl.training.setup import PolicyBundle, build_policy, load_datasets
 from fastrl.training.update import LossSettings, compute_logprobs, plan_minibatches, update_policy
+
+log = logging.getLogger(__name__)
 
 
 class TrainingError(RuntimeError):
@@ -55,7 +60,12 @@ def seed_everything(seed: int) -> None:
 
 
 class Trainer:
-    def __init__(self, cfg: FastRLConfig) -> None:
+    """``Trainer(cfg).fit()`` trains one run in ``cfg.trainer.run_dir`` under the run-directory
+    contract of fastrl.training.run_dir: the run dir is locked (rank 0) from here until ``close()``;
+    a start that would change a run's identity fails here, before any model is built; a finished
+    run builds nothing and ``fit()`` returns its summary. ``force_new`` moves an existing run aside."""
+
+    def __init__(self, cfg: FastRLConfig, *, force_new: bool = False) -> None:
         self.cfg = cfg
         dist.init_distributed()
         if cfg.trainer.torch_threads > 0:
@@ -65,19 +75,46 @@ class Trainer:
         # First: a bad hyper-parameter (checked by its component) fails before any model is built.
         self.components: Components = build_components(cfg)
         self.run_dir = Path(cfg.trainer.run_dir)
-        if dist.is_main():
-            self.run_dir.mkdir(parents=True, exist_ok=True)
-            save_config(cfg, self.run_dir / "config.yaml")
-        dist.barrier()
-        self.policy: PolicyBundle = build_policy(cfg)
-        # Token ids and image references of every record, never pixel tensors (a float32
-        # Qwen2.5-VL image is megabytes): those are built per batch (``materialize``).
-        self._encoded: dict[str, PromptTokens] = {}
-        self.prompt_limit = PromptLimit(cfg.data.max_prompt_length, cfg.data.prompt_length_policy)
-        self.train_records, self.val_records, self.ood_records = load_datasets(
-            cfg, within_limit=self._within_prompt_limit)
+        self._lock = RunLock(self.run_dir)
+        self.policy: PolicyBundle | None = None
+        self.logger: RunLogger | None = None
+        self._closed = False
+        self.finished: dict[str, Any] | None = self._open_run_dir(force_new)
+        if self.finished is not None:
+            return
+        try:
+            self.policy = build_policy(cfg)
+            # Token ids and image references of every record, never pixel tensors (a float32
+            # Qwen2.5-VL image is megabytes): those are built per batch (``materialize``).
+            self._encoded: dict[str, PromptTokens] = {}
+            self.prompt_limit = PromptLimit(cfg.data.max_prompt_length, cfg.data.prompt_length_policy)
+            self.train_records, self.val_records, self.ood_records = load_datasets(
+                cfg, within_limit=self._within_prompt_limit)
+            if dist.is_main():  # the run's identity, written once (model and data were built)
+                write_identity(self.run_dir, cfg)
+            dist.barrier()
+        except BaseException:
+            self.close()
+            raise
         self.state = TrainState()
         self.logger = RunLogger(self.run_dir, tensorboard=cfg.trainer.tensorboard, enabled=dist.is_main())
+
+    def _open_run_dir(self, force_new: bool) -> dict[str, Any] | None:
+        """Rank 0 takes the lock and decides (fastrl.training.run_dir.open_run); every rank gets
+        the outcome, so a refusal ends every rank with the same one-line error."""
+        opening = Opening()
+        if dist.is_main():
+            try:
+                self._lock.acquire()
+                opening = open_run(self.run_dir, self.cfg, force_new=force_new)
+            except (ValueError, OSError) as exc:  # RunDirError, a damaged log, an unwritable dir
+                opening = Opening(error=str(exc))
+        opening = dist.broadcast_object(opening)
+        if opening.error is not None or opening.finished is not None:
+            self._lock.release()
+        if opening.error is not None:
+            raise RunDirError(opening.error)
+        return opening.finished
 
     # ------------------------------------------------------------------ data
     def prompt_tokens(self, record: Record) -> PromptTokens:
@@ -361,8 +398,11 @@ class Trainer:
     # ------------------------------------------------------------------ validation
     def validate(self, records: Sequence[Record] | None = None) -> dict[str, float]:
         """Accuracy on the validation prompts at the validation sampling: avg@k over rollout.val_n samples
-        per problem (``val/accuracy``) and the paper's n = 1 (``val/accuracy_n1``, each first sample)."""
+        per problem (``val/accuracy``) and the paper's n = 1 (``val/accuracy_n1``, each first sample);
+        ``{}`` without validation prompts."""
         records = list(records if records is not None else self.val_records)
+        if not records:  # no validation set: no val/* metrics at all (never a 0.0 that was not measured)
+            return {}
         rank, world = dist.rank(), dist.world_size()
         mine = records[rank::world]
         sampling = SamplingConfig(
@@ -406,20 +446,33 @@ class Trainer:
                         keep=self.cfg.trainer.keep_checkpoints)
 
     def maybe_resume(self) -> bool:
-        from fastrl.training.checkpoint import latest_checkpoint, load_checkpoint
+        """Continue from the newest checkpoint that loads (a damaged one falls back to the one
+        before it, with a warning). ``trainer.resume=false`` / ``force_new`` moved the old run aside."""
+        from fastrl.training.checkpoint import load_latest
 
         if not self.cfg.trainer.resume:
             return False
-        path = latest_checkpoint(self.run_dir)
-        if path is None:
+        loaded = load_latest(self.run_dir, self.policy.actor)
+        if loaded is None:
             return False
-        self.load_state_dict(load_checkpoint(path, self.policy.actor))
+        self.load_state_dict(loaded[1])
         self.policy.after_load()
         self.logger.truncate_after(self.state.step)
         return True
 
     # ------------------------------------------------------------------ the loop
     def fit(self) -> dict[str, Any]:
+        """Train to ``trainer.total_steps``, validate, save, export ``final/``; returns the summary
+        (also ``<run_dir>/summary.json``). A finished run returns its saved summary, untouched."""
+        if self.finished is not None:
+            log.warning(self.finished["message"])
+            return dict(self.finished)
+        try:
+            return self._fit()
+        finally:
+            self.close()
+
+    def _fit(self) -> dict[str, Any]:
         cfg = self.cfg.trainer
         resumed = self.maybe_resume()
         start_wall = time.perf_counter()
@@ -428,9 +481,10 @@ class Trainer:
             # a fresh start owns the log: lines of an earlier, killed attempt would be summed twice
             self.logger.truncate_after(-1)
             before = self.validate()
-            self.logger.log(0, {K.before_key(k): v for k, v in before.items()} | {K.PHASE: K.PHASE_VAL})
-            summary["acc_before"] = before[K.VAL_ACCURACY]
-            summary["acc_before_n1"] = before[K.VAL_ACCURACY_N1]
+            if before:
+                self.logger.log(0, {K.before_key(k): v for k, v in before.items()} | {K.PHASE: K.PHASE_VAL})
+                summary["acc_before"] = before[K.VAL_ACCURACY]
+                summary["acc_before_n1"] = before[K.VAL_ACCURACY_N1]
         bar = _progress(cfg.total_steps, self.state.step, enabled=cfg.progress and dist.is_main(),
                         desc=f"{self.cfg.method}")
         while self.state.step < cfg.total_steps:
@@ -438,6 +492,7 @@ class Trainer:
             if cfg.val_every and self.state.step % cfg.val_every == 0 and self.state.step < cfg.total_steps:
                 metrics.update(self.validate())
             self.logger.log(self.state.step, metrics)
+            fault_point("after_step_line")
             if bar is not None:
                 bar.set_postfix(progress_postfix(metrics), refresh=False)
                 bar.update(1)
@@ -449,20 +504,33 @@ class Trainer:
         after = self.validate()
         for name, records in self.ood_records.items():
             ood = self.validate(records)
-            after.update({K.ood_accuracy_key(name): ood[K.VAL_ACCURACY], K.ood_num_key(name): ood[K.VAL_NUM]})
-        self.logger.log(self.state.step, {**after, K.PHASE: K.PHASE_VAL_FINAL})
-        summary.update({"acc_after": after[K.VAL_ACCURACY], "acc_after_n1": after[K.VAL_ACCURACY_N1],
-                        "train_wall_s": train_wall_s, "steps": self.state.step,
-                        **{k: v for k, v in after.items() if k.startswith(K.OOD_PREFIX)}})
+            if ood:
+                after.update({K.ood_accuracy_key(name): ood[K.VAL_ACCURACY], K.ood_num_key(name): ood[K.VAL_NUM]})
         if cfg.save_every:
             self.save()
-        summary["final_model"] = str(self.policy.export(self.run_dir / "final"))
-        self.close()
+        final_model = str(self.policy.export(self.run_dir / FINAL_DIR))
+        fault_point("before_final_line")
+        # Last: the final line marks the run finished (experiments.logs.is_finished), so it comes
+        # after the checkpoint and final/ it promises.
+        self.logger.log(self.state.step, {**after, K.PHASE: K.PHASE_VAL_FINAL})
+        fault_point("before_summary")
+        summary.update({"acc_after": after.get(K.VAL_ACCURACY), "acc_after_n1": after.get(K.VAL_ACCURACY_N1),
+                        "train_wall_s": train_wall_s, "steps": self.state.step,
+                        **{k: v for k, v in after.items() if k.startswith(K.OOD_PREFIX)},
+                        "final_model": final_model})
+        if dist.is_main():
+            write_summary(self.run_dir, summary)
         return summary
 
     def close(self) -> None:
-        self.policy.close()
-        self.logger.close()
+        """Release the engine, the log and the run-dir lock (idempotent)."""
+        if not self._closed:
+            self._closed = True
+            if self.policy is not None:
+                self.policy.close()
+            if self.logger is not None:
+                self.logger.close()
+        self._lock.release()
 
 
 def rollout_probs_diff(batch: RolloutBatch, trainer_logprobs: dict[int, torch.Tensor]) -> dict[str, float]:

@@ -23,8 +23,6 @@ from fastrl.rollout.base import RolloutEngine, SamplingConfig
 from fastrl.training import distributed as dist
 from fastrl.training.batch import RolloutBatch
 
-SFT_CACHE = Path(".cache") / "sft"
-
 
 class DataError(ValueError):
     """A dataset named in the config cannot be used; the message names the file or key."""
@@ -36,14 +34,14 @@ def resolve_policy_path(cfg: FastRLConfig, device: torch.device | None = None) -
     if cfg.model.path:
         return Path(cfg.model.path) if Path(cfg.model.path).exists() else cfg.model.path  # type: ignore[return-value]
     from fastrl.mini.builders import TinyModelSpec
-    from fastrl.mini.sft import warm_start
+    from fastrl.mini.sft import default_cache_root, warm_start
 
     spec = TinyModelSpec.from_model_config(cfg.model)
     # Only rank 0 trains the warm start; the others wait and then hit the cache.
     path: Path | None = None
     if dist.is_main():
         path = warm_start(
-            cfg.data.task, spec, out_root=SFT_CACHE, seed=cfg.data.seed, steps=cfg.model.sft_steps,
+            cfg.data.task, spec, out_root=default_cache_root(), seed=cfg.data.seed, steps=cfg.model.sft_steps,
             lr=cfg.model.sft_lr, batch_size=cfg.model.sft_batch_size, template=cfg.data.template,
             answer_noise=cfg.model.sft_answer_noise, device=device or resolve_device(cfg.model.device),
             compute_dtype=cfg.model.dtype,

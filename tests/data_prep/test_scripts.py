@@ -168,3 +168,20 @@ def test_hub_path_with_a_stubbed_load_dataset(tmp_path: Path, monkeypatch):
     table = pq.read_table(res.out_path).to_pylist()
     assert [r["images"][0] for r in table] == [r["images"][0]["bytes"] for r in rows]
     assert len(load_records(res.out_path)) == len(rows)
+
+
+def test_a_script_error_or_ctrl_c_is_one_line_and_an_exit_code(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    repo = Path(__file__).resolve().parents[2]
+    out = subprocess.run([sys.executable, "-m", "data_prep.math12k", "--from-local", str(tmp_path / "none"),
+                          "--out", str(tmp_path / "out")], cwd=repo, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 2 and "Traceback" not in out.stderr
+    assert out.stderr.strip().splitlines() == [
+        f"python -m data_prep.math12k: error: no .parquet/.jsonl/.json file for split 'train' under {tmp_path / 'none'}"]
+
+    def interrupted() -> None:
+        raise KeyboardInterrupt
+
+    assert common.run_main(interrupted, "prog") == 130

@@ -65,3 +65,9 @@ def test_two_rank_training_run_with_checkpoints(tmp_path):
     assert len(steps) == 2 and all(r["prune/kept"] % 4 == 0 for r in steps)  # aligned to 2 ranks x micro 2
     assert (run / "ckpt" / "step_2").is_dir() and (run / "final" / "config.json").exists()
     assert rows[-1]["phase"] == "val_final" and rows[-1]["val/num"] == 16
+    # The ranks of one launch share the run dir (rank 0 alone holds its lock); started again, every
+    # rank gets rank 0's decision: finished, nothing to do.
+    again = subprocess.run(proc.args, cwd=REPO, env=_env(), timeout=900, capture_output=True, text=True)
+    assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
+    assert f"{run}: finished, nothing to do" in again.stdout + again.stderr
+    assert (run / "metrics.jsonl").read_text().count("timing_s/step") == 2
