@@ -289,11 +289,24 @@ def write_llama_tokenizer(out: Path, texts: list[str], *, vocab_size: int = 700)
 
 
 # ------------------------------------------------------------------------------------ weights
-def _save_safetensors(state: dict[str, torch.Tensor], out: Path, dtype: torch.dtype) -> None:
+def _save_safetensors(state: dict[str, torch.Tensor], out: Path, dtype: torch.dtype, shards: int = 1) -> None:
+    """``model.safetensors``, or ``shards`` files ``model-0000k-of-0000n.safetensors`` with the hub's
+    ``model.safetensors.index.json`` (Qwen2.5-VL-3B has 2 shards, 7B 5)."""
     from safetensors.torch import save_file
 
-    save_file({k: v.detach().to(dtype).contiguous() for k, v in state.items()}, str(out / "model.safetensors"),
-              metadata={"format": "pt"})
+    tensors = {k: v.detach().to(dtype).contiguous() for k, v in state.items()}
+    if shards == 1:
+        save_file(tensors, str(out / "model.safetensors"), metadata={"format": "pt"})
+        return
+    names = sorted(tensors)
+    weight_map: dict[str, str] = {}
+    for i in range(shards):
+        part = names[i::shards]
+        fname = f"model-{i + 1:05d}-of-{shards:05d}.safetensors"
+        save_file({k: tensors[k] for k in part}, str(out / fname), metadata={"format": "pt"})
+        weight_map.update({k: fname for k in part})
+    total = sum(t.numel() * t.element_size() for t in tensors.values())
+    _write_json(out / "model.safetensors.index.json", {"metadata": {"total_size": total}, "weight_map": weight_map})
 
 
 def calibrate_eos(model: Any, head_weight: torch.Tensor, ids: list[list[int]], eos_id: int, *,
@@ -369,7 +382,7 @@ def write_qwen25vl_checkpoint(out: Path, texts: list[str], *, seed: int = 0, eos
         calibrate_eos(model, model.get_output_embeddings().weight, _sample_ids(out, texts), ids["<|im_end|>"],
                       mean_logit=eos_logit, spread=2.0, seed=seed + 1)
     state = {hub_key_qwen25vl(k): v for k, v in model.state_dict().items() if k != "lm_head.weight"}
-    _save_safetensors(state, out, torch.bfloat16)
+    _save_safetensors(state, out, torch.bfloat16, shards=2)
     _write_json(out / "generation_config.json", {
         "bos_token_id": ids["<|endoftext|>"], "pad_token_id": ids["<|endoftext|>"], "do_sample": True,
         "eos_token_id": [ids["<|im_end|>"], ids["<|endoftext|>"]], "repetition_penalty": 1.05,
@@ -421,15 +434,24 @@ def write_llama31_checkpoint(out: Path, texts: list[str], *, seed: int = 0, eos_
 
 # ------------------------------------------------------------------------------------ hub cache
 def install_in_hub_cache(cache: Path, repo_id: str, src: Path) -> Path:
-    """Copy ``src`` into ``cache`` (an ``HF_HUB_CACHE``) as the snapshot of ``repo_id`` at main."""
-    digest = hashlib.sha1(repo_id.encode()).hexdigest()
+    """Put ``src``'s files into ``cache`` (an ``HF_HUB_CACHE``) as huggingface_hub lays a download
+    out: content in ``blobs/<sha256>``, ``snapshots/<commit>/<name>`` symlinks to them, and
+    ``refs/main`` holding the commit. Returns the snapshot directory."""
+    commit = hashlib.sha1(repo_id.encode()).hexdigest()
     repo = cache / f"models--{repo_id.replace('/', '--')}"
-    snap = repo / "snapshots" / digest
+    snap = repo / "snapshots" / commit
     if snap.exists():
         shutil.rmtree(snap)
-    shutil.copytree(src, snap)
-    (repo / "refs").mkdir(parents=True, exist_ok=True)
-    (repo / "refs" / "main").write_text(digest)
+    (repo / "blobs").mkdir(parents=True, exist_ok=True)
+    snap.mkdir(parents=True)
+    for f in sorted(src.iterdir()):
+        digest = hashlib.sha256(f.read_bytes()).hexdigest()
+        blob = repo / "blobs" / digest
+        if not blob.exists():
+            shutil.copyfile(f, blob)
+        (snap / f.name).symlink_to(Path("..") / ".." / "blobs" / digest)
+    (repo / "refs").mkdir(exist_ok=True)
+    (repo / "refs" / "main").write_text(commit)
     return snap
 
 

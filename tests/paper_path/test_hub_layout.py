@@ -13,7 +13,8 @@ from tests.paper_path import hub_fixtures as H
 
 pytestmark = pytest.mark.slow
 
-QWEN_FILES = {"config.json", "generation_config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json",
+QWEN_FILES = {"config.json", "generation_config.json", "model.safetensors.index.json", "model-00001-of-00002.safetensors",
+              "model-00002-of-00002.safetensors", "tokenizer.json", "tokenizer_config.json",
               "vocab.json", "merges.txt", "chat_template.json", "preprocessor_config.json"}
 
 
@@ -33,8 +34,12 @@ def test_qwen_vl_checkpoint_has_the_hub_layout_and_loads_whole(paper_env):
     cfg = json.loads((snap / "config.json").read_text())
     assert cfg["model_type"] == "qwen2_5_vl" and "text_config" not in cfg and cfg["tie_word_embeddings"]
     assert cfg["rope_scaling"] == {"type": "mrope", "mrope_section": [4, 6, 6]}
-    with safe_open(str(snap / "model.safetensors"), "pt") as f:
-        saved = {k: f.get_tensor(k) for k in f.keys()}
+    saved = {}
+    for shard in sorted(snap.glob("model-*.safetensors")):
+        with safe_open(str(shard), "pt") as f:
+            saved.update({k: f.get_tensor(k) for k in f.keys()})
+    index = json.loads((snap / "model.safetensors.index.json").read_text())["weight_map"]
+    assert set(index) == set(saved)
     assert {k.split(".")[0] for k in saved} == {"model", "visual"} and "lm_head.weight" not in saved
     assert all(not k.startswith("model.language_model") for k in saved)
     model, processor = load_policy(snap)
