@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -47,7 +48,21 @@ class PaperEnv:
         """``[launcher] python -m fastrl.cli ARGV`` in ``root`` (the hub ids resolve offline)."""
         cmd = [*launcher, "--module", "fastrl.cli", *argv] if launcher else [sys.executable, "-m", "fastrl.cli", *argv]
         t0 = time.perf_counter()
-        proc = subprocess.run(cmd, cwd=self.root, env=self.env, capture_output=True, text=True, timeout=timeout)
+        # Own process group: on a timeout the launcher AND its ranks are killed (a hung rank would
+        # otherwise outlive the test).
+        child = subprocess.Popen(cmd, cwd=self.root, env=self.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                 text=True, start_new_session=True)
+        try:
+            stdout, stderr = child.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(child.pid, signal.SIGKILL)
+            stdout, stderr = child.communicate()
+            _RUNS.append((label, -9, time.perf_counter() - t0))
+            (self.root / "logs").mkdir(exist_ok=True)
+            (self.root / "logs" / f"{label}.txt").write_text(" ".join(cmd) + "\n" + stdout + stderr)
+            raise AssertionError(f"{label}: no result after {timeout:.0f} s (killed): {' '.join(cmd)}\n"
+                                 f"{(stdout + stderr)[-3000:]}") from None
+        proc = subprocess.CompletedProcess(cmd, child.returncode, stdout, stderr)
         _RUNS.append((label, proc.returncode, time.perf_counter() - t0))
         log = self.root / "logs" / f"{label}.txt"
         log.parent.mkdir(exist_ok=True)
@@ -88,10 +103,11 @@ def paper_env(tmp_path_factory: pytest.TempPathFactory) -> PaperEnv:
     texts = H.training_text(shared)
     built = root / "_built"
     # The Llama's <|eot_id|> row is calibrated so that sampled responses stop after 1 to >12 tokens
-    # (measured: 3, 4, 12, 10, 1, 2, ...). Not the VL's: its head is tied, so the row is also the
+    # (measured on 8 MATH prompts x 4 at T = 1: groups of lengths [3, 8, 12, 12], [2, 1, 7, 2], ...:
+    # the longest response of a rank's batch, its number of generate steps, differs between ranks). Not the VL's: its head is tied, so the row is also the
     # input embedding of every <|im_end|> in the prompt, and responses then stop at once.
     vl = H.write_qwen25vl_checkpoint(built / "qwen25vl", texts, seed=0)
-    llama = H.write_llama31_checkpoint(built / "llama31", texts, seed=0, eos_logit=4.8)
+    llama = H.write_llama31_checkpoint(built / "llama31", texts, seed=0, eos_logit=2.0)
     hub = root / "hf" / "hub"
     snapshots = {repo: H.install_in_hub_cache(hub, repo, src) for repo, src in
                  ((H.QWEN_VL_ID, vl), (H.QWEN_VL_3B_ID, vl), (H.LLAMA_ID, llama))}
@@ -107,10 +123,15 @@ def read_jsonl(path: Path) -> list[dict[str, Any]]:
 
 # ------------------------------------------------------------------------------- summary
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
-    if PAPER_DIR.name not in report.nodeid:
+    """Time per check = setup (the runs its fixtures start) + call; failed if either failed."""
+    if PAPER_DIR.name not in report.nodeid or report.when == "teardown":
         return
-    if report.when == "call" or (report.when == "setup" and report.outcome != "passed"):
-        _REPORT.append((report.nodeid.split("::", 1)[-1], report.outcome, report.duration))
+    name = report.nodeid.split("::", 1)[-1]
+    if report.when == "setup":
+        _REPORT.append((name, report.outcome, report.duration))
+        return
+    _, before, secs = _REPORT[-1]
+    _REPORT[-1] = (name, report.outcome if before == "passed" else before, secs + report.duration)
 
 
 def pytest_terminal_summary(terminalreporter: Any) -> None:

@@ -38,6 +38,10 @@ QWEN_VL_3B_ID = "Qwen/Qwen2.5-VL-3B-Instruct"
 LLAMA_ID = "meta-llama/Llama-3.1-8B-Instruct"  # configs/tables/slots.yaml's llama_8b at paper scale
 
 QWEN_SYSTEM_PROMPT = "You are a helpful assistant."
+# MLP weights of this many elements: above DeepSpeed's stage3_param_persistence_threshold (1e5), so
+# ZeRO-3 partitions them and every forward gathers them -- a collective, as in a real model.
+# (Smaller tensors stay whole on every rank, and a rank could then generate alone unnoticed.)
+ZERO3_GATHERED_SIZE = 131072
 # Qwen2.5's added tokens, in the hub tokenizer's order (ids 151643-151664 on the hub); the last 8
 # are not special (they are ordinary added tokens in the hub's tokenizer.json).
 QWEN_ADDED_TOKENS: tuple[tuple[str, bool], ...] = (
@@ -360,7 +364,7 @@ def write_qwen25vl_checkpoint(out: Path, texts: list[str], *, seed: int = 0, eos
         "vision_start_token_id": ids["<|vision_start|>"], "vision_end_token_id": ids["<|vision_end|>"],
         "vision_token_id": ids["<|vision_pad|>"], "image_token_id": ids["<|image_pad|>"],
         "video_token_id": ids["<|video_pad|>"], "hidden_act": "silu", "hidden_size": hidden,
-        "initializer_range": 0.02, "intermediate_size": 128, "max_position_embeddings": 128000,
+        "initializer_range": 0.02, "intermediate_size": ZERO3_GATHERED_SIZE // hidden, "max_position_embeddings": 128000,
         "max_window_layers": 70, "model_type": "qwen2_5_vl", "num_attention_heads": hidden // head_dim,
         "num_hidden_layers": 2, "num_key_value_heads": 1, "rms_norm_eps": 1e-06, "rope_theta": 1000000.0,
         "sliding_window": 32768, "tie_word_embeddings": True, "torch_dtype": "bfloat16",
@@ -408,7 +412,7 @@ def write_llama31_checkpoint(out: Path, texts: list[str], *, seed: int = 0, eos_
         "bos_token_id": ids["<|begin_of_text|>"],
         "eos_token_id": [ids["<|end_of_text|>"], ids["<|eom_id|>"], ids["<|eot_id|>"]],
         "head_dim": head_dim, "hidden_act": "silu", "hidden_size": hidden, "initializer_range": 0.02,
-        "intermediate_size": 256, "max_position_embeddings": 131072, "mlp_bias": False, "model_type": "llama",
+        "intermediate_size": ZERO3_GATHERED_SIZE // hidden, "max_position_embeddings": 131072, "mlp_bias": False, "model_type": "llama",
         "num_attention_heads": hidden // head_dim, "num_hidden_layers": 2, "num_key_value_heads": 1,
         "pretraining_tp": 1, "rms_norm_eps": 1e-05,
         "rope_scaling": {"factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,

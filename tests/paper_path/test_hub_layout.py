@@ -75,3 +75,22 @@ def test_llama_checkpoint_has_the_hub_layout(paper_env):
     bos = tok.convert_tokens_to_ids("<|begin_of_text|>")
     assert tok("x = 1")["input_ids"][0] == bos  # the TemplateProcessing post-processor
     assert "Cutting Knowledge Date" in tok.chat_template
+
+
+def test_llama_responses_stop_after_different_numbers_of_tokens(paper_env):
+    """What the 2-rank ZeRO-3 run needs: the longest response of a batch (the number of generate
+    steps a rank runs) differs between batches, and some groups end before the length limit."""
+    import torch
+
+    from fastrl.config import load_config
+    from fastrl.data.loaders import load_records
+    from fastrl.policy import PolicySpec, load_policy_kit
+    from fastrl.rollout.base import SamplingConfig
+
+    cfg = load_config("methods/grpo.yaml", ["rollout.engine=hf", "data.template=fastrl_math"], scale="paper")
+    kit = load_policy_kit(PolicySpec.from_config(cfg, paper_env.snapshots[H.LLAMA_ID], seed=0))
+    records = load_records(paper_env.prepared / "math12k_train.parquet")[:8]
+    torch.manual_seed(0)
+    responses = kit.engine.generate([kit.encode(r) for r in records], 4, SamplingConfig(max_new_tokens=12))
+    longest = [max(len(r.response_ids) for r in responses if r.prompt_index == i) for i in range(len(records))]
+    assert len(set(longest)) > 1 and min(longest) < 12, longest
