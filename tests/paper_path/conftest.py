@@ -25,6 +25,7 @@ REPO = Path(__file__).resolve().parents[2]
 PAPER_DIR = Path(__file__).resolve().parent
 _REPORT: list[tuple[str, str, float]] = []  # (test, outcome, seconds)
 _RUNS: list[tuple[str, int, float]] = []  # (command label, return code, seconds)
+_WORKDIR: list[Path] = []  # the rehearsal directory (its logs/ hold every run's output)
 
 
 def shared_data() -> Path:
@@ -111,6 +112,7 @@ def paper_env(tmp_path_factory: pytest.TempPathFactory) -> PaperEnv:
     hub = root / "hf" / "hub"
     snapshots = {repo: H.install_in_hub_cache(hub, repo, src) for repo, src in
                  ((H.QWEN_VL_ID, vl), (H.QWEN_VL_3B_ID, vl), (H.LLAMA_ID, llama))}
+    _WORKDIR.append(root)
     prepared = root / "data" / "prepared"
     prepare_data(root / "_hub_datasets", prepared, shared)
     return PaperEnv(root=root, hub_cache=hub, snapshots=snapshots, prepared=prepared,
@@ -145,6 +147,8 @@ def pytest_terminal_summary(terminalreporter: Any) -> None:
         tr.write_line("  runs (fastrl subprocesses, inside the tests above):")
         for label, rc, secs in _RUNS:
             tr.write_line(f"    {'ok ' if rc == 0 else f'rc={rc}'} {secs:6.1f}s  {label}")
+    if _WORKDIR:
+        tr.write_line(f"  logs of every run: {_WORKDIR[0] / 'logs'}")
     counts = {o: sum(1 for _, oo, _ in _REPORT if oo == o) for o in ("passed", "failed", "skipped")}
     tr.write_line(f"  {counts['passed']} passed, {counts['failed']} failed, {counts['skipped']} skipped; "
                   f"{sum(s for _, _, s in _REPORT):.0f}s in tests")
