@@ -126,6 +126,16 @@ def parse_benchmark(spec: str) -> tuple[str, list[Record]]:
     return spec, generate_task(task, split="val", num=200, seed=1234, variant=variant or "default")
 
 
+def checkpoint_dtype(model: str | Path) -> str:
+    """The dtype a checkpoint's config records (``dtype``, formerly ``torch_dtype``; float32 when
+    absent). Passed to vLLM explicitly: its ``auto`` runs a float32 checkpoint in bfloat16."""
+    from transformers import AutoConfig
+
+    config = AutoConfig.from_pretrained(str(model))
+    dtype = getattr(config, "dtype", None) or getattr(config, "torch_dtype", None)
+    return str(dtype).removeprefix("torch.") if dtype is not None else "float32"
+
+
 def evaluate(
     model: str | Path,
     benchmarks: Sequence[str] | Mapping[str, Sequence[Record]],
@@ -150,7 +160,7 @@ def evaluate(
 
     ``benchmarks``: specs as ``parse_benchmark`` reads them, or ``{name: records}``. ``sampling``:
     ``greedy`` or ``paper`` (T=0.6, top-p 0.95); ``k`` samples per problem (avg@k, pass@k).
-    ``dtype``: default float32 with ``hf``, the checkpoint's own with ``vllm``. ``device``: where
+    ``dtype``: default float32 with ``hf``, the checkpoint's own (``checkpoint_dtype``) with ``vllm``. ``device``: where
     the ``hf`` engine runs (auto = CUDA when available). ``limit``: the first N problems of each
     benchmark (0: all). Returns ``fastrl.evaluation.evaluate.evaluate``'s JSON-ready dict.
     """
@@ -163,10 +173,12 @@ def evaluate(
     model_path = Path(model)
     if (model_path / "final").is_dir():  # a run directory from `fastrl train`
         model_path = model_path / "final"
+    path = model_path if model_path.exists() else str(model)
+    vllm_dtype = dtype or (checkpoint_dtype(path) if engine == "vllm" else None)
     spec = PolicySpec(
-        path=model_path if model_path.exists() else str(model), dtype=dtype or "float32", engine=engine,
+        path=path, dtype=dtype or "float32", engine=engine,
         hf_batch_size=batch_size, seed=seed, vllm_max_model_len=max_model_len,
-        vllm_gpu_memory_utilization=gpu_memory_utilization, vllm_dtype=dtype or "auto",
+        vllm_gpu_memory_utilization=gpu_memory_utilization, vllm_dtype=vllm_dtype,
         min_pixels=min_pixels, max_pixels=max_pixels, reward=reward, template=template,
     )
     named = dict(parse_benchmark(b) for b in benchmarks) if not isinstance(benchmarks, Mapping) else benchmarks
