@@ -57,9 +57,11 @@ def _steps(run: Path) -> list[dict]:
 # ------------------------------------------------------------------------------------------ VL
 @pytest.fixture(scope="module")
 def vl_run(paper_env: PaperEnv) -> tuple[Path, dict, dict]:
+    # One OOD file beside paper.yaml's settings: GeoQA8K's held-out rows, graded by its own reward.
     args = ["train", "methods/fastrl.yaml", "--scale", "paper", "trainer.run_dir=runs/vl_fastrl",
-            "rollout.engine=hf", *SIZES]
-    first = summary_of(paper_env.run("vl-fastrl-hf-train", args).stdout)
+            "rollout.engine=hf", "data.ood_variants=[data/prepared/geoqa8k_val.parquet]", *SIZES]
+    train = paper_env.run("vl-fastrl-hf-train", args)
+    first = summary_of(train.stdout) | {"stdout": train.stdout}
     resumed = summary_of(paper_env.run("vl-fastrl-hf-resume", [*args, "trainer.total_steps=3"]).stdout)
     return paper_env.root / "runs/vl_fastrl", first, resumed
 
@@ -73,6 +75,15 @@ def test_vl_fastrl_trains_on_the_paper_config(vl_run):
     assert [r["step"] for r in steps] == [1, 2, 3]  # the resumed run appended step 3
     assert all(r["tokens/trained"] > 0 and r["prune/kept"] > 0 for r in steps)
     assert _final_val(run)["val/num"] == 2  # the 2 Geometry3K test rows
+
+
+def test_vl_ood_file_is_graded_in_its_own_format(vl_run):
+    """Defect 9: the OOD file gets its benchmark's reward (GeoQA: geoqa), not the training one (math)."""
+    run, first, _ = vl_run
+    assert "ood benchmark geoqa8k_val: template fastrl_math, reward geoqa" in first["stdout"]
+    from fastrl import metric_keys as K
+
+    assert K.ood_accuracy_key("geoqa8k_val") in _final_val(run)
 
 
 def test_vl_run_resumes_from_its_checkpoint(vl_run):
