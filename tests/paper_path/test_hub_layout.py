@@ -45,7 +45,7 @@ def test_qwen_vl_checkpoint_has_the_hub_layout_and_loads_whole(paper_env):
     model, processor = load_policy(snap)
     state = model.state_dict()
     for hub_key, tensor in saved.items():  # every hub tensor landed in the model (none left random)
-        assert torch.equal(state[H_to_model(hub_key)], tensor.float()), hub_key
+        assert torch.equal(state[model_key_of(hub_key)], tensor.float()), hub_key
     assert model.lm_head.weight.data_ptr() == model.get_input_embeddings().weight.data_ptr()
     tok = processor.tokenizer
     assert type(tok).__name__ == "Qwen2Tokenizer" and tok.eos_token == "<|im_end|>" and tok.pad_token == "<|endoftext|>"
@@ -56,7 +56,7 @@ def test_qwen_vl_checkpoint_has_the_hub_layout_and_loads_whole(paper_env):
     assert gen["eos_token_id"] == [tok.convert_tokens_to_ids("<|im_end|>"), tok.convert_tokens_to_ids("<|endoftext|>")]
 
 
-def H_to_model(hub_key: str) -> str:
+def model_key_of(hub_key: str) -> str:
     """The hub's Qwen2.5-VL key -> transformers 5's (the inverse of hub_fixtures.hub_key_qwen25vl)."""
     if hub_key.startswith("visual."):
         return "model." + hub_key
