@@ -7,7 +7,7 @@ SCALE ?= mini
 export TOKENIZERS_PARALLELISM ?= false
 export HF_HUB_OFFLINE ?= 1
 
-.PHONY: setup test demo bench data clean gpu-check gpu-wheels
+.PHONY: setup test rehearsal demo bench data clean gpu-check gpu-wheels
 
 setup: $(STAMP)
 
@@ -24,6 +24,12 @@ $(STAMP): pyproject.toml
 
 test: setup
 	$(PY) -m pytest -q tests
+
+# The paper's configuration rehearsed on this CPU (tests/paper_path, < 6 min): hub-shaped tiny
+# checkpoints under the paper's hub ids, data_prep-written data, paper.yaml with only its sizes
+# overridden. Prints one line per check with its time, and the time of every fastrl run in it.
+rehearsal: setup
+	$(PY) -m pytest -q --tb=line -p no:cacheprovider tests/paper_path
 
 demo: setup
 	$(PY) -m fastrl.cli demo

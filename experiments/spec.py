@@ -201,7 +201,10 @@ def slot_entry(slots: dict[str, Any], kind: str, name: str, scale: str) -> dict[
 
 
 def paper_total_steps(train_files: Sequence[str], epochs: int, prompts_per_step: int) -> int:
-    """``epochs x ceil(rows / prompts_per_step)`` from the prepared parquet files' row counts."""
+    """``epochs x floor(rows / prompts_per_step)`` from the prepared parquet files' row counts: the
+    released trainer runs ``len(train_dataloader) x total_epochs`` steps, and its train loader drops
+    the last partial rollout batch of every epoch (``drop_last=True``, verl/trainer/data_loader.py
+    at the release), so Geometry3K's 2,101 rows give 8 steps per epoch, 200 in 25 epochs."""
     import pyarrow.parquet as pq
 
     rows = 0
@@ -210,9 +213,10 @@ def paper_total_steps(train_files: Sequence[str], epochs: int, prompts_per_step:
         if not p.is_file():
             raise SpecError(f"paper scale needs {f} (run the data_prep script for it; see data_prep/README.md)")
         rows += pq.ParquetFile(p).metadata.num_rows
-    if rows == 0:
-        raise SpecError(f"paper scale: {list(train_files)} hold no rows")
-    return epochs * math.ceil(rows / prompts_per_step)
+    if rows < prompts_per_step:
+        raise SpecError(f"paper scale: {list(train_files)} hold {rows} rows, less than one rollout batch of "
+                        f"{prompts_per_step} prompts (trainer.prompts_per_step)")
+    return epochs * (rows // prompts_per_step)
 
 
 def _override_value(overrides: Sequence[str], key: str) -> str | None:
@@ -232,7 +236,8 @@ def build_runs(
     """Every run of ``target`` at ``scale`` for ``seeds``.
 
     ``resolve_paper_steps``: at paper scale, turn each dataset's ``budget_epochs`` into
-    ``trainer.total_steps`` by reading the prepared training files (they must exist).
+    ``trainer.total_steps`` by reading the prepared training files (they must exist; see
+    ``paper_total_steps``).
     """
     if scale not in SCALES:
         raise SpecError(f"scale {scale!r}: choose one of {SCALES}")

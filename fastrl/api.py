@@ -137,6 +137,16 @@ def parse_benchmark(spec: str) -> tuple[str, list[Record]]:
     return spec, generate_task(task, split="val", num=200, seed=1234, variant=variant or "default")
 
 
+def checkpoint_dtype(model: str | Path) -> str:
+    """The dtype a checkpoint's config records (``dtype``, formerly ``torch_dtype``; float32 when
+    absent). Passed to vLLM explicitly: its ``auto`` runs a float32 checkpoint in bfloat16."""
+    from transformers import AutoConfig
+
+    config = AutoConfig.from_pretrained(str(model))
+    dtype = getattr(config, "dtype", None) or getattr(config, "torch_dtype", None)
+    return str(dtype).removeprefix("torch.") if dtype is not None else "float32"
+
+
 def evaluate(
     model: str | Path,
     benchmarks: Sequence[str] | Mapping[str, Sequence[Record]],
@@ -163,7 +173,7 @@ def evaluate(
 
     ``benchmarks``: specs as ``parse_benchmark`` reads them, or ``{name: records}``. ``sampling``:
     ``greedy`` or ``paper`` (T=0.6, top-p 0.95); ``k`` samples per problem (avg@k, pass@k).
-    ``dtype``: default float32 with ``hf``, the checkpoint's own with ``vllm``. ``device``: where
+    ``dtype``: default float32 with ``hf``, the checkpoint's own (``checkpoint_dtype``) with ``vllm``. ``device``: where
     the ``hf`` engine runs (auto = CUDA when available). ``limit``: the first N problems of each
     benchmark (0: all). ``max_prompt_length`` / ``prompt_length_policy``: problems whose prompt is
     longer are dropped and counted (``filter``, as training does) or an error (``error``); none
@@ -182,11 +192,13 @@ def evaluate(
     model_path = Path(model)
     if (model_path / "final").is_dir():  # a run directory from `fastrl train`
         model_path = model_path / "final"
+    path = model_path if model_path.exists() else str(model)
+    vllm_dtype = dtype or (checkpoint_dtype(path) if engine == "vllm" else None)
     spec = PolicySpec(
-        path=model_path if model_path.exists() else str(model), dtype=dtype or "float32", engine=engine,
-        seed=seed, hf=HFEngineConfig(batch_size=batch_size),
-        vllm=VLLMEngineConfig(max_model_len=max_model_len if max_model_len is not None else max_prompt_length + max_new_tokens, gpu_memory_utilization=gpu_memory_utilization,
-                              dtype=dtype or "auto", sleep=False),  # evaluation never sleeps
+        path=path, dtype=dtype or "float32", engine=engine, seed=seed, hf=HFEngineConfig(batch_size=batch_size),
+        vllm=VLLMEngineConfig(
+            max_model_len=max_model_len if max_model_len is not None else max_prompt_length + max_new_tokens,
+            gpu_memory_utilization=gpu_memory_utilization, dtype=vllm_dtype, sleep=False),  # evaluation never sleeps
         min_pixels=min_pixels, max_pixels=max_pixels, reward=reward, template=template,
     )
     prompt_limit = PromptLimit(max_prompt_length, prompt_length_policy, length_key="--max-prompt-length",

@@ -90,6 +90,7 @@ class Trainer:
             self.prompt_limit = PromptLimit(cfg.data.max_prompt_length, cfg.data.prompt_length_policy)
             self.train_records, self.val_records, self.ood_records = load_datasets(
                 cfg, within_limit=self._within_prompt_limit)
+            self.ood_formats = ood_formats(cfg, self.ood_records)
             if dist.is_main():  # the run's identity, written once (model and data were built)
                 write_identity(self.run_dir, cfg)
             dist.barrier()
@@ -396,10 +397,11 @@ class Trainer:
         }
 
     # ------------------------------------------------------------------ validation
-    def validate(self, records: Sequence[Record] | None = None) -> dict[str, float]:
+    def validate(self, records: Sequence[Record] | None = None, fmt: tuple[str, str] | None = None) -> dict[str, float]:
         """Accuracy on the validation prompts at the validation sampling: avg@k over rollout.val_n samples
         per problem (``val/accuracy``) and the paper's n = 1 (``val/accuracy_n1``, each first sample);
-        ``{}`` without validation prompts."""
+        ``{}`` without validation prompts. ``fmt``: another benchmark's (template, reward) instead of
+        the training set's."""
         records = list(records if records is not None else self.val_records)
         if not records:  # no validation set: no val/* metrics at all (never a 0.0 that was not measured)
             return {}
@@ -410,9 +412,14 @@ class Trainer:
             max_new_tokens=self.cfg.rollout.max_new_tokens, seed=self.cfg.trainer.seed,
         )
         k = self.cfg.rollout.val_n
-        prompts = self.materialize(mine)
-        responses = self.policy.engine.generate([prompts[r.uid] for r in mine], k, sampling)  # every rank: see generate
-        scores, _ = self.policy.score([r.text for r in responses], [mine[r.prompt_index] for r in responses])
+        if fmt is None:
+            full = self.materialize(mine)
+            prompts = [full[r.uid] for r in mine]
+        else:
+            prompts = [encode_as(self.policy, r, fmt[0]) for r in mine]
+        responses = self.policy.engine.generate(prompts, k, sampling)  # every rank: see generate
+        texts, graded = [r.text for r in responses], [mine[r.prompt_index] for r in responses]
+        scores = self.policy.score(texts, graded)[0] if fmt is None else score_as(fmt[1], texts, graded)
         first: set[int] = set()
         local = []
         for r, s in zip(responses, scores):  # (accuracy, reward, is the problem's first sample)
@@ -503,7 +510,7 @@ class Trainer:
         train_wall_s = time.perf_counter() - start_wall
         after = self.validate()
         for name, records in self.ood_records.items():
-            ood = self.validate(records)
+            ood = self.validate(records, self.ood_formats[name])
             if ood:
                 after.update({K.ood_accuracy_key(name): ood[K.VAL_ACCURACY], K.ood_num_key(name): ood[K.VAL_NUM]})
         if cfg.save_every:
@@ -531,6 +538,35 @@ class Trainer:
             if self.logger is not None:
                 self.logger.close()
         self._lock.release()
+
+
+def ood_formats(cfg: FastRLConfig, ood: dict[str, list[Record]]) -> dict[str, tuple[str, str]]:
+    """(template, reward) per OOD benchmark: a file's own (fastrl.evaluation.benchmarks); a
+    generated task's variants share the training pair."""
+    from fastrl.evaluation.benchmarks import benchmark_format
+
+    training = (cfg.data.template, cfg.data.reward)
+    if cfg.data.task != "files":
+        return {name: training for name in ood}
+    formats = {name: benchmark_format(name, records, training) for name, records in ood.items()}
+    if dist.is_main():
+        for name, (template, reward) in formats.items():
+            print(f"ood benchmark {name}: template {template}, reward {reward}", flush=True)
+    return formats
+
+
+def encode_as(policy: PolicyBundle, record: Record, template: str) -> PromptInput:
+    """``record``'s prompt under another template (OOD benchmarks; not cached: scored once)."""
+    from fastrl.data.templates import build_prompt_text
+
+    return policy.encoder.encode(record.uid, build_prompt_text(record, template), list(record.images))
+
+
+def score_as(reward: str, texts: Sequence[str], records: Sequence[Record]) -> list[dict[str, float]]:
+    from fastrl.rewards import score_batch
+
+    fields = [{"choices": r.choices, "meta": r.meta, "source": r.source, "uid": r.uid} for r in records]
+    return score_batch(reward, list(texts), [r.answer for r in records], fields)[0]
 
 
 def rollout_probs_diff(batch: RolloutBatch, trainer_logprobs: dict[int, torch.Tensor]) -> dict[str, float]:

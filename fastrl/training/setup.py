@@ -129,16 +129,14 @@ class PolicyBundle:
         return logprob_check(engine_logp, trainer_logp, batch["response_mask"], tol=self.cfg.rollout.logprob_check_tol)
 
     def export(self, out_dir: Path) -> Path:
-        """Save the current policy as an HF model dir (with the source's tokenizer/processor files),
-        loadable by ``fastrl eval``, transformers and vLLM."""
+        """Save the current policy as a self-contained HF model dir (weights and config, plus the
+        source's tokenizer / processor / chat-template files, from its directory or, for a hub id,
+        its hub snapshot), loadable by ``fastrl eval``, transformers and vLLM."""
         self.actor.export_hf(out_dir)
-        if dist.is_main() and Path(self.path).is_dir():
-            import shutil
-
-            for f in Path(self.path).iterdir():
-                weights = f.suffix in (".safetensors", ".bin") or f.name in ("config.json", "generation_config.json")
-                if f.is_file() and not weights and not (out_dir / f.name).exists():
-                    shutil.copy2(f, out_dir / f.name)
+        if dist.is_main():
+            copy_side_files(model_files_dir(self.path), out_dir)
+            if not (out_dir / "tokenizer_config.json").is_file():  # a source without tokenizer files
+                save_processor(self.tokenizer, out_dir)
         dist.barrier()
         return out_dir
 
@@ -151,6 +149,46 @@ class PolicyBundle:
         if not self.engine.shares_trainer_weights:
             self.engine.wake_up()
             self.engine.update_weights(self.actor.named_parameters_for_sync())
+
+
+# Small files of a model repo that make it self-contained: tokenizer, processor, chat template.
+SIDE_FILE_PATTERNS = ("*.json", "*.txt", "*.jinja", "*.model", "*.tiktoken")
+
+
+def is_weights_or_own_config(name: str) -> bool:
+    """Files ``export_hf`` writes itself (weights, configs) or that describe the source's weights
+    only: a copied ``model.safetensors.index.json`` would point at the source's shards."""
+    return (name.endswith((".safetensors", ".bin", ".pt", ".index.json"))
+            or name in ("config.json", "generation_config.json"))
+
+
+def model_files_dir(path: str | Path) -> Path:
+    """The directory holding a model's files: ``path`` itself, or the HF-cache snapshot of a hub
+    id (fetching only the small side files when online; the weights are never downloaded here)."""
+    if Path(path).is_dir():
+        return Path(path)
+    from huggingface_hub import snapshot_download
+
+    return Path(snapshot_download(str(path), allow_patterns=list(SIDE_FILE_PATTERNS)))
+
+
+def copy_side_files(src: Path, out_dir: Path) -> list[str]:
+    """Copy ``src``'s tokenizer / processor / template files that ``out_dir`` lacks; returns their names."""
+    import shutil
+
+    copied = []
+    for f in sorted(src.iterdir()):
+        if f.is_file() and not is_weights_or_own_config(f.name) and not (out_dir / f.name).exists():
+            shutil.copy2(f, out_dir / f.name)
+            copied.append(f.name)
+    return copied
+
+
+def save_processor(processor: Any, out_dir: Path) -> None:
+    """``save_pretrained`` of a tokenizer, an HF processor, or ``VLProcessorParts``' two parts."""
+    parts = [processor] if hasattr(processor, "save_pretrained") else [processor.tokenizer, processor.image_processor]
+    for part in parts:
+        part.save_pretrained(str(out_dir))
 
 
 def build_actor_config(cfg: FastRLConfig):

@@ -86,7 +86,7 @@ def test_mathvision_canonical_question():
 
 
 @pytest.mark.parametrize("mod, split, n", [
-    (geoqa8k, "train", 8), (mathvista, "testmini", 8), (mathverse, "testmini", 10), (mathverse, "testmini_vision_only", 2),
+    (geoqa8k, "train", 7), (geoqa8k, "val", 1), (mathvista, "testmini", 8), (mathverse, "testmini", 10), (mathverse, "testmini_vision_only", 2),
     (mathverse, "testmini_text_only", 2), (wemath, "testmini", 6), (refcoco, "val", 6),
 ])
 def test_generated_hub_schema_rows(tmp_path: Path, mod, split: str, n: int):
@@ -100,7 +100,7 @@ def test_generated_hub_schema_rows(tmp_path: Path, mod, split: str, n: int):
 
 
 def test_specific_traps(tmp_path: Path):
-    geo = _offline(geoqa8k, tmp_path)["train"][0]
+    geo = _offline(geoqa8k, tmp_path)["val"][0]
     assert geo[0].answer == "145°" and geo[0].problem.startswith("<image>")
     vista = _offline(mathvista, tmp_path)["testmini"][0]
     assert all(r.problem.startswith("<image>") for r in vista)
@@ -113,6 +113,18 @@ def test_specific_traps(tmp_path: Path):
     assert we[1].choices[:2] == ["2cm", "3cm"] and we[1].answer == "3cm" and we[1].meta["answer_letter"] == "B"
     ref = _offline(refcoco, tmp_path)["val"][0]
     assert ref[0].answer == "[5, 6, 35, 26]"  # [x, y, w, h] = [5, 6, 30, 20] -> corners
+
+
+def test_geoqa8k_val_is_held_out_of_train(tmp_path: Path):
+    """The hub has only a train split: val (geoqa8k_val.parquet, named by slots.yaml) is every
+    20th source row, train the rest; together they are the source, without overlap."""
+    out = _offline(geoqa8k, tmp_path)
+    train, val = out["train"][0], out["val"][0]
+    assert (tmp_path / "geoqa8k_val.parquet").is_file()
+    assert {r.uid for r in val} == {"geoqa8k-train-0"}
+    assert sorted(r.meta["index"] for r in train + val) == list(range(8))
+    assert not {r.uid for r in train} & {r.uid for r in val}
+    assert geoqa8k.in_split("val", 40) and geoqa8k.in_split("train", 41) and not geoqa8k.in_split("train", 40)
 
 
 def test_bad_source_row_is_named(tmp_path: Path):
@@ -136,9 +148,10 @@ def test_all_writes_table6(tmp_path: Path):
     results = prep_all.run_all(tmp_path / "prepared", tmp_path / "tables")
     assert (tmp_path / "prepared" / ".gitignore").read_text().strip().endswith("*")
     rows = list(csv.DictReader((tmp_path / "tables" / "table6.csv").open()))
-    assert len(rows) == len(results) == 12
+    assert len(rows) == len(results) == 13  # GeoQA8K-R1V: train and the held-out val
     assert {r["source"] for r in rows} == {"measured"}
     kinds = {r["dataset"]: r["input"] for r in rows}
+    assert {(r["dataset"], r["split"]) for r in rows} >= {("GeoQA8K-R1V", "train"), ("GeoQA8K-R1V", "val")}
     assert kinds["MathVision"] == kinds["MATH"] == kinds["Geometry3K"] == kinds["AIME"] == REAL_SAMPLE
     assert kinds["MathVista"] == kinds["WeMath"] == GENERATED_ROWS
     md = (tmp_path / "tables" / "table6.md").read_text()

@@ -85,9 +85,25 @@ def test_paper_steps_come_from_the_prepared_data(tmp_path, monkeypatch):
     (tmp_path / "data" / "prepared").mkdir(parents=True)
     pd.DataFrame({"x": range(300)}).to_parquet(tmp_path / "data" / "prepared" / "math12k_train.parquet")
     runs = build_runs("table3", "paper", [1], tmp_path / "runs", resolve_paper_steps=True)
-    assert "trainer.total_steps=50" in runs[0].overrides  # 25 epochs x ceil(300 / 256)
+    assert "trainer.total_steps=25" in runs[0].overrides  # 25 epochs x floor(300 / 256): drop_last
     with pytest.raises(SpecError, match="geometry3k_train.parquet"):
         build_runs("table1", "paper", [1], tmp_path / "runs", resolve_paper_steps=True)
+    pd.DataFrame({"x": range(255)}).to_parquet(tmp_path / "data" / "prepared" / "math12k_train.parquet")
+    with pytest.raises(SpecError, match="255 rows, less than one rollout batch of 256"):
+        build_runs("table3", "paper", [1], tmp_path / "runs", resolve_paper_steps=True)
+
+
+def test_paper_yaml_steps_agree_with_the_spec_on_geometry3k(tmp_path):
+    """paper.yaml's total_steps is what experiments.spec computes for Geometry3K's 2,101 train rows
+    (the release: 25 epochs x len(train_dataloader) with drop_last=True = 25 x 8)."""
+    import pandas as pd
+
+    from experiments.spec import paper_total_steps
+
+    path = tmp_path / "geometry3k_train.parquet"
+    pd.DataFrame({"x": range(2101)}).to_parquet(path)
+    cfg = load_config("methods/grpo.yaml", [], scale="paper")
+    assert cfg.trainer.total_steps == paper_total_steps([str(path)], 25, cfg.trainer.prompts_per_step) == 200
 
 
 def test_table7_runs_the_points_of_the_sweep_file(tmp_path):

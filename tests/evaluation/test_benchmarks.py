@@ -1,0 +1,70 @@
+"""Issue 15, defect 9: ``data.ood_variants`` files are scored with each benchmark's own template
+and reward (MathVision: ``fastrl_mc`` / ``mc``), not with the training set's."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+
+from fastrl.config import load_config
+from fastrl.data.schema import Record
+from fastrl.data.templates import FASTRL_INSTRUCTION, MC_INSTRUCTION
+from fastrl.evaluation.benchmarks import BENCHMARK_FORMATS, benchmark_format
+from fastrl.models.inputs import PromptInput
+from fastrl.rollout.base import Response
+from fastrl.training.pipeline import Trainer, ood_formats, score_as
+
+MC = Record(uid="mathvision-testmini-1", problem="Which shape is larger?", answer="circle", source="MathVision",
+            choices=["square", "circle"])
+
+
+def test_each_prepared_benchmark_has_its_own_pair():
+    from data_prep.all import SCRIPTS
+
+    assert {m.SPEC.title for m in SCRIPTS} == set(BENCHMARK_FORMATS)  # every data_prep dataset
+    assert benchmark_format("mv", [MC], ("fastrl_math", "math")) == ("fastrl_mc", "mc")
+    geoqa = Record(uid="g", problem="p", answer="4cm", source="GeoQA8K-R1V")
+    assert benchmark_format("g", [geoqa], ("fastrl_math", "math")) == ("fastrl_math", "geoqa")
+    own = Record(uid="o", problem="p", answer="1", source="my-set")
+    assert benchmark_format("o", [own], ("easyr1_math", "easyr1_math")) == ("easyr1_math", "easyr1_math")
+    with pytest.raises(ValueError, match="several sources"):
+        benchmark_format("mix", [MC, geoqa], ("fastrl_math", "math"))
+
+
+def test_ood_files_get_their_format_generated_tasks_the_training_one():
+    files = load_config("methods/grpo.yaml", ["data.task=files", "data.template=fastrl_math"], scale="smoke")
+    assert ood_formats(files, {"mathvision_testmini": [MC]}) == {"mathvision_testmini": ("fastrl_mc", "mc")}
+    task = load_config("methods/grpo.yaml", [], scale="smoke")
+    assert ood_formats(task, {"long": [MC]}) == {"long": (task.data.template, task.data.reward)}
+
+
+class _Encoder:
+    def __init__(self) -> None:
+        self.texts: list[str] = []
+
+    def encode(self, uid: str, text: str, images: list) -> PromptInput:
+        self.texts.append(text)
+        return PromptInput(uid=uid, prompt_ids=[1, 2])
+
+
+class _Engine:
+    def generate(self, prompts, n, sampling):
+        return [Response(prompt_index=i, response_ids=[3], text="<thinking>x</thinking> \\boxed{B}", logprobs=[0.0],
+                         finish_reason="stop") for i in range(len(prompts)) for _ in range(n)]
+
+
+def test_validate_prompts_and_grades_an_ood_file_in_its_own_format():
+    """The trainer's validation of a MathVision file: the MC instruction reaches the engine and
+    the letter answer B (= "circle") is graded correct by ``mc``; under the training pair
+    (fastrl_math / math) the same response would score 0."""
+    trainer = object.__new__(Trainer)
+    trainer.cfg = load_config("methods/grpo.yaml", ["data.task=files", "data.template=fastrl_math"], scale="smoke")
+    encoder = _Encoder()
+    trainer.policy = SimpleNamespace(encoder=encoder, engine=_Engine())
+    got = trainer.validate([MC], ("fastrl_mc", "mc"))
+    assert got["val/accuracy"] == 1.0
+    assert MC_INSTRUCTION in encoder.texts[0] and FASTRL_INSTRUCTION not in encoder.texts[0]
+    assert "A. square\nB. circle" in encoder.texts[0]
+    text = _Engine().generate([None], 1, None)[0].text
+    assert score_as("math", [text], [MC])[0]["accuracy"] == 0.0  # what the training pair gave
