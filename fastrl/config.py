@@ -158,6 +158,9 @@ class RolloutConfig:
     # always also logged as val/accuracy_n1 from each problem's first sample). k > 1 lowers the
     # sampling noise of a finite validation set (mini-math has only 324 distinct val problems).
     val_n: int = 1
+    # Samples per problem at the two validations that bound the run (before training, and the
+    # final one with the OOD sets); 0: val_n. A cheap n = 1 curve with precise end points.
+    val_n_final: int = 0
     # Weight-sync check: max |engine logp - trainer logp| tolerated after a sync (engines that hold
     # their own copy of the weights, i.e. vllm).
     logprob_check_tol: float = 1e-2
@@ -172,6 +175,13 @@ class RolloutConfig:
             raise ConfigError(f"rollout.n = {self.n}: GRPO needs at least 2 responses per prompt")
         if self.val_n < 1:
             raise ConfigError(f"rollout.val_n = {self.val_n} must be >= 1")
+        if self.val_n_final < 0:
+            raise ConfigError(f"rollout.val_n_final = {self.val_n_final} must be >= 0 (0: rollout.val_n)")
+
+    @property
+    def val_n_at_ends(self) -> int:
+        """Samples per problem before and after training (``val_n_final``, else ``val_n``)."""
+        return self.val_n_final or self.val_n
 
 
 # One section per configurable component: its fields are passed whole, as keyword arguments, to

@@ -138,7 +138,9 @@ VAL_ACCURACY_N1 = "val/accuracy_n1"  # each problem's first sample (the paper's 
 VAL_REWARD = "val/reward"
 VAL_NUM = "val/num"  # problems
 VAL_SAMPLES_PER_PROBLEM = "val/samples_per_problem"
-VAL_KEYS: tuple[str, ...] = (VAL_ACCURACY, VAL_ACCURACY_N1, VAL_REWARD, VAL_NUM, VAL_SAMPLES_PER_PROBLEM)
+VAL_ACCURACY_SE = "val/accuracy_se"  # standard error of val/accuracy (evaluation.metrics.avg_at_k_standard_error)
+VAL_KEYS: tuple[str, ...] = (VAL_ACCURACY, VAL_ACCURACY_N1, VAL_REWARD, VAL_NUM, VAL_SAMPLES_PER_PROBLEM,
+                             VAL_ACCURACY_SE)
 VAL_ACCURACY_BEFORE = before_key(VAL_ACCURACY)
 
 # ---------------------------------------------------------------------------- out-of-domain

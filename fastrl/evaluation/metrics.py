@@ -9,6 +9,7 @@ k = 1 and greedy decoding it is plain accuracy).
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
@@ -39,6 +40,27 @@ def accuracy(correct: Sequence[bool]) -> float:
     if not correct:
         raise ValueError("accuracy: no problems")
     return sum(map(bool, correct)) / len(correct)
+
+
+def avg_at_k_standard_error(correct: Sequence[Sequence[float]]) -> float:
+    """The standard error of ``avg_at_k`` as an estimate of the policy's expected accuracy on these
+    problems (the sampling noise; the problem set is fixed): sqrt(sum_i s_i^2 / k_i) / N, with s_i^2
+    the unbiased variance of problem i's k_i samples. With one sample per problem that variance is
+    unknown and the binomial bound sqrt(p (1 - p) / N) is returned instead (>= the true value)."""
+    rows = [list(map(float, r)) for r in correct if len(r)]
+    if not rows:
+        return float("nan")
+    n = len(rows)
+    if all(len(r) == 1 for r in rows):
+        p = sum(r[0] for r in rows) / n
+        return math.sqrt(p * (1.0 - p) / n)
+    total = 0.0
+    for r in rows:
+        k = len(r)
+        if k > 1:
+            mean = sum(r) / k
+            total += sum((x - mean) ** 2 for x in r) / (k - 1) / k
+    return math.sqrt(total) / n
 
 
 def benchmark_metrics(correct: Sequence[Sequence[bool]], k: int) -> dict[str, float]:

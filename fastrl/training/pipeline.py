@@ -397,11 +397,12 @@ class Trainer:
         }
 
     # ------------------------------------------------------------------ validation
-    def validate(self, records: Sequence[Record] | None = None, fmt: tuple[str, str] | None = None) -> dict[str, float]:
+    def validate(self, records: Sequence[Record] | None = None, fmt: tuple[str, str] | None = None,
+                 k: int | None = None) -> dict[str, float]:
         """Accuracy on the validation prompts at the validation sampling: avg@k over rollout.val_n samples
         per problem (``val/accuracy``) and the paper's n = 1 (``val/accuracy_n1``, each first sample);
         ``{}`` without validation prompts. ``fmt``: another benchmark's (template, reward) instead of
-        the training set's."""
+        the training set's; ``k``: samples per problem (default rollout.val_n)."""
         records = list(records if records is not None else self.val_records)
         if not records:  # no validation set: no val/* metrics at all (never a 0.0 that was not measured)
             return {}
@@ -411,7 +412,7 @@ class Trainer:
             temperature=self.cfg.rollout.val_temperature, top_p=self.cfg.rollout.val_top_p,
             max_new_tokens=self.cfg.rollout.max_new_tokens, seed=self.cfg.trainer.seed,
         )
-        k = self.cfg.rollout.val_n
+        k = self.cfg.rollout.val_n if k is None else k
         if fmt is None:
             full = self.materialize(mine)
             prompts = [full[r.uid] for r in mine]
@@ -420,17 +421,8 @@ class Trainer:
         responses = self.policy.engine.generate(prompts, k, sampling)  # every rank: see generate
         texts, graded = [r.text for r in responses], [mine[r.prompt_index] for r in responses]
         scores = self.policy.score(texts, graded)[0] if fmt is None else score_as(fmt[1], texts, graded)
-        first: set[int] = set()
-        local = []
-        for r, s in zip(responses, scores):  # (accuracy, reward, is the problem's first sample)
-            local.append((s["accuracy"], s["overall"], r.prompt_index not in first))
-            first.add(r.prompt_index)
-        allv = [x for part in dist.all_gather_object(local) for x in part]
-        n1 = [a for a, _, is_first in allv if is_first]
-        acc = sum(a for a, _, _ in allv) / max(len(allv), 1)
-        rew = sum(o for _, o, _ in allv) / max(len(allv), 1)
-        return {K.VAL_ACCURACY: acc, K.VAL_ACCURACY_N1: sum(n1) / max(len(n1), 1), K.VAL_REWARD: rew,
-                K.VAL_NUM: float(len(n1)), K.VAL_SAMPLES_PER_PROBLEM: float(k)}
+        local = [(r.prompt_index * world + rank, s["accuracy"], s["overall"]) for r, s in zip(responses, scores)]
+        return validation_metrics([x for part in dist.all_gather_object(local) for x in part], k)
 
     # ------------------------------------------------------------------ checkpoints
     def state_dict(self) -> dict[str, Any]:
@@ -487,11 +479,12 @@ class Trainer:
         if not resumed:
             # a fresh start owns the log: lines of an earlier, killed attempt would be summed twice
             self.logger.truncate_after(-1)
-            before = self.validate()
+            before = self.validate(k=self.cfg.rollout.val_n_at_ends)
             if before:
                 self.logger.log(0, {K.before_key(k): v for k, v in before.items()} | {K.PHASE: K.PHASE_VAL})
                 summary["acc_before"] = before[K.VAL_ACCURACY]
                 summary["acc_before_n1"] = before[K.VAL_ACCURACY_N1]
+                summary["acc_before_se"] = before[K.VAL_ACCURACY_SE]
         bar = _progress(cfg.total_steps, self.state.step, enabled=cfg.progress and dist.is_main(),
                         desc=f"{self.cfg.method}")
         while self.state.step < cfg.total_steps:
@@ -508,9 +501,10 @@ class Trainer:
         if bar is not None:
             bar.close()
         train_wall_s = time.perf_counter() - start_wall
-        after = self.validate()
+        ends = self.cfg.rollout.val_n_at_ends
+        after = self.validate(k=ends)
         for name, records in self.ood_records.items():
-            ood = self.validate(records, self.ood_formats[name])
+            ood = self.validate(records, self.ood_formats[name], k=ends)
             if ood:
                 after.update({K.ood_accuracy_key(name): ood[K.VAL_ACCURACY], K.ood_num_key(name): ood[K.VAL_NUM]})
         if cfg.save_every:
@@ -522,6 +516,7 @@ class Trainer:
         self.logger.log(self.state.step, {**after, K.PHASE: K.PHASE_VAL_FINAL})
         fault_point("before_summary")
         summary.update({"acc_after": after.get(K.VAL_ACCURACY), "acc_after_n1": after.get(K.VAL_ACCURACY_N1),
+                        "acc_after_se": after.get(K.VAL_ACCURACY_SE),
                         "train_wall_s": train_wall_s, "steps": self.state.step,
                         **{k: v for k, v in after.items() if k.startswith(K.OOD_PREFIX)},
                         "final_model": final_model})
@@ -538,6 +533,22 @@ class Trainer:
             if self.logger is not None:
                 self.logger.close()
         self._lock.release()
+
+
+def validation_metrics(samples: Sequence[tuple[int, float, float]], k: int) -> dict[str, float]:
+    """The validation metrics from (problem, accuracy, reward) per sample, in each problem's sampling order: avg@k
+    over all samples, the first sample's accuracy (n = 1) and avg@k's standard error."""
+    from fastrl.evaluation.metrics import avg_at_k_standard_error
+
+    by_problem: dict[int, list[float]] = {}
+    for problem, accuracy, _ in samples:
+        by_problem.setdefault(problem, []).append(accuracy)
+    n1 = [accs[0] for accs in by_problem.values()]
+    acc = sum(a for _, a, _ in samples) / max(len(samples), 1)
+    rew = sum(o for _, _, o in samples) / max(len(samples), 1)
+    return {K.VAL_ACCURACY: acc, K.VAL_ACCURACY_N1: sum(n1) / max(len(n1), 1), K.VAL_REWARD: rew,
+            K.VAL_NUM: float(len(n1)), K.VAL_SAMPLES_PER_PROBLEM: float(k),
+            K.VAL_ACCURACY_SE: avg_at_k_standard_error(list(by_problem.values()))}
 
 
 def ood_formats(cfg: FastRLConfig, ood: dict[str, list[Record]]) -> dict[str, tuple[str, str]]:

@@ -55,3 +55,27 @@ def test_writers(tmp_path: Path):
     p = write_json(results, tmp_path / "r" / "res.json")
     assert json.loads(p.read_text())["average"]["avg@4"] == 0.5
     assert write_markdown(results, tmp_path / "r" / "res.md").read_text() == table
+
+
+def test_avg_at_k_standard_error_is_the_sampling_noise_of_the_mean():
+    import math
+
+    from fastrl.evaluation.metrics import avg_at_k_standard_error
+
+    # two problems, 4 samples each: variances 1/3 (2 of 4 right) and 0 (all right)
+    assert avg_at_k_standard_error([[1, 0, 1, 0], [1, 1, 1, 1]]) == pytest.approx(math.sqrt((1 / 3) / 4) / 2)
+    # one sample per problem: the binomial bound
+    assert avg_at_k_standard_error([[1], [0], [1], [1]]) == pytest.approx(math.sqrt(0.75 * 0.25 / 4))
+    assert math.isnan(avg_at_k_standard_error([]))
+
+
+def test_standard_error_shrinks_with_samples_per_problem():
+    import random
+
+    from fastrl.evaluation.metrics import avg_at_k_standard_error
+
+    rng = random.Random(0)
+    p = [rng.random() for _ in range(300)]
+    se = {k: avg_at_k_standard_error([[float(rng.random() < q) for _ in range(k)] for q in p]) for k in (2, 8, 32)}
+    assert se[2] > se[8] > se[32]
+    assert se[8] < 0.015  # avg@8 over 300 problems: within the demo's 1.5-point target

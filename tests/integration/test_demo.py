@@ -1,4 +1,4 @@
-"""`make demo`'s driver at smoke scale: both methods run and summary.json has the promised keys."""
+"""`make demo`'s driver at smoke scale: the three arms run and summary.json has the promised keys."""
 
 from __future__ import annotations
 
@@ -8,14 +8,20 @@ from fastrl.demo import accuracy_at, run_demo
 
 
 def test_demo_writes_the_summary(tmp_path):
-    run_demo(tmp_path, scale="smoke", overrides=["trainer.total_steps=2"])
+    run_demo(tmp_path, scale="smoke", overrides=["trainer.total_steps=2", "data.num_val=8"])
     summary = json.loads((tmp_path / "summary.json").read_text())
-    assert set(summary["methods"]) == {"grpo", "fastrl"}
+    assert set(summary["methods"]) == {"grpo", "fastrl", "fastrl_fixed_updates"}
     for m in summary["methods"].values():
-        for key in ("wall_s", "steps", "acc_before", "acc_after", "tokens_generated", "tokens_trained"):
-            assert key in m
+        for key in ("wall_s", "cpu_s", "steps", "acc_before", "acc_after", "acc_after_se", "tokens_generated",
+                    "tokens_trained", "kept_fraction"):
+            assert m[key] is not None, key
         assert m["steps"] == 2 and m["tokens_trained"] <= m["tokens_generated"]
-    assert "speedup vs GRPO" in (tmp_path / "summary.md").read_text()
+    steps = [json.loads(line) for line in (tmp_path / "fastrl_fixed_updates" / "metrics.jsonl").read_text().splitlines()]
+    assert [s["actor/optimizer_steps"] for s in steps if "actor/optimizer_steps" in s] == [4.0, 4.0]  # App. C.1
+    final = [s for s in steps if s.get("phase") == "val_final"][0]
+    assert final["val/samples_per_problem"] == 8.0 and final["val/num"] == 8.0
+    text = (tmp_path / "summary.md").read_text()
+    assert "speedup vs GRPO" in text and "fastrl_fixed_updates** trained" in text and "95 % interval" in text
 
 
 def test_accuracy_at_takes_the_last_point_within_budget():

@@ -69,3 +69,14 @@ def test_a_rejected_hyperparameter_names_its_config_key(override, key):
     cfg = load_config("methods/fastrl.yaml", [override], scale="smoke")
     with pytest.raises(ConfigError, match=key):
         build_components(cfg)
+
+
+def test_validation_metrics_group_samples_by_problem():
+    from fastrl.training.pipeline import validation_metrics
+
+    samples = [(0, 1.0, 1.5), (1, 0.0, 0.5), (0, 0.0, 0.0), (1, 1.0, 1.5)]  # (problem, accuracy, reward)
+    m = validation_metrics(samples, k=2)
+    assert m["val/accuracy"] == 0.5 and m["val/accuracy_n1"] == 0.5  # firsts: problem 0 right, 1 wrong
+    assert m["val/num"] == 2.0 and m["val/samples_per_problem"] == 2.0
+    assert m["val/reward"] == pytest.approx(0.875)
+    assert m["val/accuracy_se"] == pytest.approx(((0.5 / 2 + 0.5 / 2) ** 0.5) / 2)
