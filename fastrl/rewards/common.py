@@ -1,24 +1,54 @@
-"""Helpers shared by the reward functions: tag normalisation, box extraction, the format check."""
+"""Helpers shared by the reward functions: tag normalisation, box extraction, the format check.
+
+Every helper runs in time linear in the response (a policy can emit anything: 64 k spaces, an
+unclosed ``\\boxed{`` repeated, a boxed ``9^9^9``), so no reward call needs its time box on such
+input; ``bench/rewards_adversarial.py`` times them.
+"""
 
 from __future__ import annotations
 
 import re
 
+from mathruler.grader import _normalize as mathruler_normalize  # the text mathruler hands to sympy
 from mathruler.grader import extract_boxed_content, grade_answer
+from mathruler.math_normalize import normalize_answer
 
-_SPACES_AROUND_TAG_CHARS = re.compile(r"\s*(<|>|/)\s*")
+from fastrl.rewards.bounded import MAX_DEPTH, bracket_depth, sympy_hazard
+
+_WHITESPACE_RUN = re.compile(r"\s+")
+_TAG_CHARS = frozenset("<>/")
 _BOXED = "\\boxed{"
+# Longer boxed answers are compared as stripped text only: mathruler's normalisation (pylatexenc,
+# comma stripping) is not linear, and no benchmark answer comes near this length.
+MAX_GRADED_CHARS = 1_000
 
 
 def normalize_tags(response: str) -> str:
-    """Drop whitespace around ``<``, ``>`` and ``/`` (as EasyR1 does), so ``< thinking >`` counts."""
-    return _SPACES_AROUND_TAG_CHARS.sub(r"\1", response)
+    """Drop whitespace around ``<``, ``>`` and ``/`` (as EasyR1 does), so ``< thinking >`` counts.
+
+    One pass over whitespace runs (``\\s*[<>/]\\s*`` re-scans a run from each of its positions:
+    quadratic, 16 s on 16 k spaces); a run is dropped when a tag character touches it."""
+
+    def drop_if_touching_tag(m: re.Match[str]) -> str:
+        start, end = m.span()
+        touches = (start > 0 and response[start - 1] in _TAG_CHARS) or (end < len(response) and response[end] in _TAG_CHARS)
+        return "" if touches else m.group(0)
+
+    return _WHITESPACE_RUN.sub(drop_if_touching_tag, response)
 
 
 def format_ok(response: str, tag: str) -> bool:
-    """``<tag>…</tag>`` followed by ``\\boxed{…}`` (on a tag-normalised response)."""
-    pattern = re.compile(rf"<{tag}>.*</{tag}>.*\\boxed\{{.*\}}.*", re.DOTALL)
-    return pattern.fullmatch(response) is not None
+    """``<tag>…</tag>`` followed by ``\\boxed{…}`` (on a tag-normalised response): the response
+    starts with ``<tag>``, and a ``</tag>``, then ``\\boxed{``, then ``}`` follow in that order.
+
+    The same test as ``re.fullmatch(r"<tag>.*</tag>.*\\\\boxed\\{.*\\}.*", DOTALL)``, by finding
+    the earliest of each, without that pattern's quadratic backtracking."""
+    opening, closing = f"<{tag}>", f"</{tag}>"
+    if not response.startswith(opening):
+        return False
+    end_tag = response.find(closing, len(opening))
+    box = response.find(_BOXED, end_tag + len(closing)) if end_tag >= 0 else -1
+    return box >= 0 and response.find("}", box + len(_BOXED)) >= 0
 
 
 def extract_boxed(response: str) -> str | None:
@@ -36,8 +66,29 @@ def extract_boxed(response: str) -> str | None:
     return content
 
 
+def too_large_to_grade(answer: str) -> bool:
+    """Longer than ``MAX_GRADED_CHARS`` or nested deeper than ``bounded.MAX_DEPTH``: compared as
+    text only (mathruler's LaTeX-to-text pass is quadratic in nesting: 150 nested ``\\frac``, 0.1 s)."""
+    return len(answer) > MAX_GRADED_CHARS or bracket_depth(answer) > MAX_DEPTH
+
+
+def equal_without_sympy(pred: str, ground_truth: str) -> bool:
+    """mathruler's string tests: equal after its MATH normalisation or after its own."""
+    if normalize_answer(pred) == normalize_answer(ground_truth):
+        return True
+    return mathruler_normalize(pred) == mathruler_normalize(ground_truth)
+
+
 def grade(pred: str | None, ground_truth: str) -> bool:
-    """mathruler's ``grade_answer``; a missing prediction is wrong. Not time-boxed by itself."""
+    """mathruler's ``grade_answer``; a missing prediction is wrong. Not time-boxed by itself, but
+    an answer sympy could not evaluate quickly (``bounded.sympy_hazard``: ``(10!)!``, ``9**9**9``,
+    deep nesting) is compared by mathruler's string tests only, so every call is fast."""
     if pred is None or not pred.strip():
+        return False
+    if too_large_to_grade(pred):
+        return pred.strip() == ground_truth.strip()
+    if equal_without_sympy(pred, ground_truth):
+        return True
+    if any(sympy_hazard(mathruler_normalize(s)) for s in (pred, ground_truth)):
         return False
     return bool(grade_answer(pred, ground_truth))
