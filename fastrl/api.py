@@ -114,6 +114,34 @@ def check_model(model: str, *, name: str = "model") -> None:
                                 "namespace/name)")
 
 
+def resolve_eval_model(model: str | Path, *, name: str = "model") -> str | Path:
+    """What ``fastrl eval`` loads for ``model``: a run directory's ``final/``, a model directory,
+    or a hub id. A directory that holds no model (a training checkpoint ``ckpt/step_N``, a run
+    killed before writing ``final/``) is a one-line ``ValueError`` saying what it is and what to
+    pass instead, not transformers' "Unrecognized model"."""
+    check_model(str(model), name=name)
+    path = Path(model)
+    if not path.exists():
+        return str(model)  # a hub id
+    if (path / "final").is_dir():
+        return path / "final"
+    if (path / "config.json").is_file() or not path.is_dir():
+        return path
+    from fastrl.training.checkpoint import CKPT_SUBDIR, COMPLETE_FILE, STATE_FILE
+
+    if (path / STATE_FILE).is_file() or (path / COMPLETE_FILE).is_file() or path.name == CKPT_SUBDIR:
+        run = path.parent.parent if path.name != CKPT_SUBDIR else path.parent
+        raise ValueError(f"{name} {str(model)!r} is a training checkpoint (optimizer and trainer state), not a model; "
+                         f"pass the run directory {str(run)!r} once its run has finished (it evaluates <run>/final), "
+                         f"or resume the run to write final/")
+    if (path / CKPT_SUBDIR).is_dir() or (path / "metrics.jsonl").is_file() or (path / "config.yaml").is_file():
+        raise ValueError(f"{name} {str(model)!r} is a run directory without final/: the run has not finished (killed "
+                         "or still running); resume it with `fastrl train <its config> trainer.run_dir=...` to finish "
+                         "and export final/, or pass a model directory")
+    raise ValueError(f"{name} {str(model)!r} is a directory without config.json: not a run directory nor a Hugging "
+                     "Face model directory")
+
+
 def parse_benchmark(spec: str) -> tuple[str, list[Record]]:
     """``name=path.parquet|jsonl`` (canonical records) or ``task[:variant]`` for a generated task."""
     from fastrl.data.loaders import load_records
@@ -121,7 +149,10 @@ def parse_benchmark(spec: str) -> tuple[str, list[Record]]:
 
     if "=" in spec:
         name, path = spec.split("=", 1)
-        return name, load_records(path)
+        records = load_records(path)
+        if not records:
+            raise ValueError(f"benchmark {name!r}: {path!r} has no records (an empty file)")
+        return name, records
     task, _, variant = spec.partition(":")
     return spec, generate_task(task, split="val", num=200, seed=1234, variant=variant or "default")
 
@@ -154,17 +185,16 @@ def evaluate(
     the ``hf`` engine runs (auto = CUDA when available). ``limit``: the first N problems of each
     benchmark (0: all). Returns ``fastrl.evaluation.evaluate.evaluate``'s JSON-ready dict.
     """
-    check_model(str(model))
+    resolved = resolve_eval_model(model)
+    from fastrl.config import check_engine_installed
     from fastrl.evaluation.evaluate import evaluate as evaluate_engine
     from fastrl.evaluation.evaluate import validation_sampling
     from fastrl.models.device import resolve_device
     from fastrl.policy import PolicySpec, load_policy_kit
 
-    model_path = Path(model)
-    if (model_path / "final").is_dir():  # a run directory from `fastrl train`
-        model_path = model_path / "final"
+    check_engine_installed(engine, key="engine")
     spec = PolicySpec(
-        path=model_path if model_path.exists() else str(model), dtype=dtype or "float32", engine=engine,
+        path=resolved, dtype=dtype or "float32", engine=engine,
         hf_batch_size=batch_size, seed=seed, vllm_max_model_len=max_model_len,
         vllm_gpu_memory_utilization=gpu_memory_utilization, vllm_dtype=dtype or "auto",
         min_pixels=min_pixels, max_pixels=max_pixels, reward=reward, template=template,

@@ -14,7 +14,7 @@ from typing import Any, Sequence
 
 import torch
 
-from fastrl.config import FastRLConfig
+from fastrl.config import FastRLConfig, check_engine_installed
 from fastrl.data.schema import Record
 from fastrl.models.device import check_deepspeed_device, deepspeed_device, module_device, resolve_device
 from fastrl.models.inputs import PromptInput
@@ -190,6 +190,7 @@ def _is_deepspeed_engine(module: torch.nn.Module) -> bool:
 def build_policy(cfg: FastRLConfig) -> PolicyBundle:
     from fastrl.training.actor import Actor, build_reference
 
+    check_engine_installed(cfg.rollout.engine)
     device = policy_device(cfg)
     path = resolve_policy_path(cfg, device)
     spec = policy_spec(cfg, path)
