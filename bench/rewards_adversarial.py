@@ -77,6 +77,9 @@ def main(argv: list[str] | None = None) -> int:
     ground_truths = {"grounding_iou": ["[0, 0, 10, 10]"], "mc": ["B", "\\frac{1}{2}"]}
     worst = 0.0
     names = list(REWARD_FUNCTIONS)
+    for name in names:  # the first sympy simplify imports its submodules (~1 s, once per process)
+        for gt in ground_truths.get(name, ["\\frac{1}{2}"]):
+            REWARD_FUNCTIONS[name](THINK + "\\boxed{x+1}", gt)
     print(f"{'input':34s}" + "".join(f"{n:>14s}" for n in names) + "   (ms per call, unguarded; worst ground truth)")
     for label, response in adversarial_responses():
         row = []

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import re
 
-from mathruler.grader import _normalize as mathruler_normalize  # the text mathruler hands to sympy
 from mathruler.grader import extract_boxed_content, grade_answer
 from mathruler.math_normalize import normalize_answer
+from pylatexenc.latex2text import LatexNodes2Text
 
 from fastrl.rewards.bounded import MAX_DEPTH, bracket_depth, sympy_hazard
 
@@ -72,23 +72,25 @@ def too_large_to_grade(answer: str) -> bool:
     return len(answer) > MAX_GRADED_CHARS or bracket_depth(answer) > MAX_DEPTH
 
 
-def equal_without_sympy(pred: str, ground_truth: str) -> bool:
-    """mathruler's string tests: equal after its MATH normalisation or after its own."""
-    if normalize_answer(pred) == normalize_answer(ground_truth):
-        return True
-    return mathruler_normalize(pred) == mathruler_normalize(ground_truth)
+def sympy_text(answer: str) -> str:
+    """The answer's structure as mathruler hands it to sympy: LaTeX read as text by pylatexenc (as
+    mathruler does), braces dropped (``2^{2^{30}}`` becomes the tower ``2^2^30``), no spaces."""
+    text = LatexNodes2Text().latex_to_text(answer) if "\\" in answer else answer
+    for a, b in (("√", "sqrt"), ("π", "pi"), ("×", "*"), ("·", "*"), ("{", ""), ("}", ""), (" ", "")):
+        text = text.replace(a, b)
+    return text
 
 
 def grade(pred: str | None, ground_truth: str) -> bool:
     """mathruler's ``grade_answer``; a missing prediction is wrong. Not time-boxed by itself, but
     an answer sympy could not evaluate quickly (``bounded.sympy_hazard``: ``(10!)!``, ``9**9**9``,
-    deep nesting) is compared by mathruler's string tests only, so every call is fast."""
+    deep nesting) is compared by mathruler's MATH normalisation only, so every call is fast."""
     if pred is None or not pred.strip():
         return False
     if too_large_to_grade(pred):
         return pred.strip() == ground_truth.strip()
-    if equal_without_sympy(pred, ground_truth):
-        return True
-    if any(sympy_hazard(mathruler_normalize(s)) for s in (pred, ground_truth)):
+    if normalize_answer(pred) == normalize_answer(ground_truth):
+        return True  # grade_answer's first test
+    if any(sympy_hazard(sympy_text(s)) for s in (pred, ground_truth)):
         return False
     return bool(grade_answer(pred, ground_truth))
