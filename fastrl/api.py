@@ -69,12 +69,10 @@ def sweep_points(spec: Mapping[str, Sequence[Any]]) -> list[list[str]]:
 def sweep(sweep_file: str | Path, overrides: Sequence[str] = (), scale: str | None = None) -> list[dict[str, Any]]:
     """Train every point of a sweep file ``{base: CONFIG, sweep: {dotted.key: [values]}}``, each in
     ``<base run_dir>/sweep/<point>``; returns ``[{"point": [...], **train summary}, ...]``."""
-    import yaml
-
-    from fastrl.config import resolve_config_path
+    from fastrl.config import read_yaml, resolve_config_path
 
     path = resolve_config_path(sweep_file)
-    spec = yaml.safe_load(path.read_text()) or {}
+    spec = read_yaml(path) or {}  # a duplicate key or a syntax error: one line with file:line:column
     if set(spec) - {"base", "sweep"} or "base" not in spec or "sweep" not in spec:
         raise ConfigError(f"{path}: a sweep file has exactly the keys 'base' (a config) and 'sweep' (key: [values])")
     base_run = load_config(spec["base"], list(overrides), scale=scale).trainer.run_dir
