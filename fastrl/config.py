@@ -479,6 +479,8 @@ class _UniqueKeyLoader(yaml.SafeLoader):
         for key_node, _ in node.value:
             key = self.construct_object(key_node, deep=True)  # type: ignore[no-untyped-call]
             mark = key_node.start_mark
+            if not isinstance(key, (str, int, float, bool)) and key is not None:
+                continue  # an unhashable key: PyYAML's own constructor reports it
             if key in first:
                 raise ConfigError(f"{mark.name}:{mark.line + 1}:{mark.column + 1}: duplicate key {key!r} (first at line "
                                   f"{first[key].line + 1}); keep one of them")
