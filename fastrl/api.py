@@ -79,12 +79,10 @@ def sweep_points(spec: Mapping[str, Sequence[Any]]) -> list[list[str]]:
 def sweep(sweep_file: str | Path, overrides: Sequence[str] = (), scale: str | None = None) -> list[dict[str, Any]]:
     """Train every point of a sweep file ``{base: CONFIG, sweep: {dotted.key: [values]}}``, each in
     ``<base run_dir>/sweep/<point>``; returns ``[{"point": [...], **train summary}, ...]``."""
-    import yaml
-
-    from fastrl.config import resolve_config_path
+    from fastrl.config import read_yaml, resolve_config_path
 
     path = resolve_config_path(sweep_file)
-    spec = yaml.safe_load(path.read_text()) or {}
+    spec = read_yaml(path) or {}  # a duplicate key or a syntax error: one line with file:line:column
     if set(spec) - {"base", "sweep"} or "base" not in spec or "sweep" not in spec:
         raise ConfigError(f"{path}: a sweep file has exactly the keys 'base' (a config) and 'sweep' (key: [values])")
     base_run = load_config(spec["base"], list(overrides), scale=scale).trainer.run_dir
@@ -125,6 +123,34 @@ def check_model(model: str, *, name: str = "model") -> None:
                                 "namespace/name)")
 
 
+def resolve_eval_model(model: str | Path, *, name: str = "model") -> str | Path:
+    """What ``fastrl eval`` loads for ``model``: a run directory's ``final/``, a model directory,
+    or a hub id. A directory that holds no model (a training checkpoint ``ckpt/step_N``, a run
+    killed before writing ``final/``) is a one-line ``ValueError`` saying what it is and what to
+    pass instead, not transformers' "Unrecognized model"."""
+    check_model(str(model), name=name)
+    path = Path(model)
+    if not path.exists():
+        return str(model)  # a hub id
+    if (path / "final").is_dir():
+        return path / "final"
+    if (path / "config.json").is_file() or not path.is_dir():
+        return path
+    from fastrl.training.checkpoint import CKPT_SUBDIR, COMPLETE_FILE, STATE_FILE
+
+    if (path / STATE_FILE).is_file() or (path / COMPLETE_FILE).is_file() or path.name == CKPT_SUBDIR:
+        run = path.parent.parent if path.name != CKPT_SUBDIR else path.parent
+        raise ValueError(f"{name} {str(model)!r} is a training checkpoint (optimizer and trainer state), not a model; "
+                         f"pass the run directory {str(run)!r} once its run has finished (it evaluates <run>/final), "
+                         f"or resume the run to write final/")
+    if (path / CKPT_SUBDIR).is_dir() or (path / "metrics.jsonl").is_file() or (path / "config.yaml").is_file():
+        raise ValueError(f"{name} {str(model)!r} is a run directory without final/: the run has not finished (killed "
+                         "or still running); resume it with `fastrl train <its config> trainer.run_dir=...` to finish "
+                         "and export final/, or pass a model directory")
+    raise ValueError(f"{name} {str(model)!r} is a directory without config.json: not a run directory nor a Hugging "
+                     "Face model directory")
+
+
 def parse_benchmark(spec: str) -> tuple[str, list[Record]]:
     """``name=path.parquet|jsonl`` (canonical records) or ``task[:variant]`` for a generated task."""
     from fastrl.data.loaders import load_records
@@ -132,7 +158,10 @@ def parse_benchmark(spec: str) -> tuple[str, list[Record]]:
 
     if "=" in spec:
         name, path = spec.split("=", 1)
-        return name, load_records(path)
+        records = load_records(path)
+        if not records:
+            raise ValueError(f"benchmark {name!r}: {path!r} has no records (an empty file)")
+        return name, records
     task, _, variant = spec.partition(":")
     return spec, generate_task(task, split="val", num=200, seed=1234, variant=variant or "default")
 
@@ -181,7 +210,8 @@ def evaluate(
     kept plus the response budget (``max_prompt_length + max_new_tokens``). Returns
     ``fastrl.evaluation.evaluate.evaluate``'s JSON-ready dict.
     """
-    check_model(str(model))
+    resolved = resolve_eval_model(model)
+    from fastrl.config import check_engine_installed
     from fastrl.data.prompt_limit import PromptLimit
     from fastrl.evaluation.evaluate import evaluate as evaluate_engine
     from fastrl.evaluation.evaluate import validation_sampling
@@ -189,13 +219,10 @@ def evaluate(
     from fastrl.config import HFEngineConfig, VLLMEngineConfig
     from fastrl.policy import PolicySpec, load_policy_kit
 
-    model_path = Path(model)
-    if (model_path / "final").is_dir():  # a run directory from `fastrl train`
-        model_path = model_path / "final"
-    path = model_path if model_path.exists() else str(model)
-    vllm_dtype = dtype or (checkpoint_dtype(path) if engine == "vllm" else None)
+    check_engine_installed(engine, key="engine")
+    vllm_dtype = dtype or (checkpoint_dtype(resolved) if engine == "vllm" else None)
     spec = PolicySpec(
-        path=path, dtype=dtype or "float32", engine=engine, seed=seed, hf=HFEngineConfig(batch_size=batch_size),
+        path=resolved, dtype=dtype or "float32", engine=engine, seed=seed, hf=HFEngineConfig(batch_size=batch_size),
         vllm=VLLMEngineConfig(
             max_model_len=max_model_len if max_model_len is not None else max_prompt_length + max_new_tokens,
             gpu_memory_utilization=gpu_memory_utilization, dtype=vllm_dtype, sleep=False),  # evaluation never sleeps

@@ -49,9 +49,10 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 
 def check_model_arg(model: str) -> None:
-    """A ``--model`` that is neither an existing path nor a hub id is a one-line error up front,
-    not an OSError traceback from transformers."""
-    api.check_model(model, name="--model")
+    """A ``--model`` that is neither an existing path nor a hub id, or a directory that holds no
+    model (a checkpoint, an unfinished run), is a one-line error up front, not an OSError
+    traceback from transformers."""
+    api.resolve_eval_model(model, name="--model")
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
@@ -59,14 +60,19 @@ def cmd_eval(args: argparse.Namespace) -> int:
     from fastrl.evaluation.metrics import markdown_table, write_json, write_markdown
     from fastrl.models.device import resolve_device
 
-    results = api.evaluate(
-        args.model, args.benchmark, engine=args.engine, device=resolve_device(args.device, key="--device"),
-        dtype=args.dtype, sampling=args.sampling, k=args.k, reward=args.reward, template=args.template,
-        max_new_tokens=args.max_new_tokens, batch_size=args.batch_size, max_model_len=args.max_model_len,
-        gpu_memory_utilization=args.gpu_memory_utilization, min_pixels=args.min_pixels, max_pixels=args.max_pixels,
-        seed=args.seed, limit=args.limit, max_prompt_length=args.max_prompt_length,
-        prompt_length_policy=args.prompt_length_policy,
-    )
+    try:
+        results = api.evaluate(
+            args.model, args.benchmark, engine=args.engine, device=resolve_device(args.device, key="--device"),
+            dtype=args.dtype, sampling=args.sampling, k=args.k, reward=args.reward, template=args.template,
+            max_new_tokens=args.max_new_tokens, batch_size=args.batch_size, max_model_len=args.max_model_len,
+            gpu_memory_utilization=args.gpu_memory_utilization, min_pixels=args.min_pixels, max_pixels=args.max_pixels,
+            seed=args.seed, limit=args.limit, max_prompt_length=args.max_prompt_length,
+                prompt_length_policy=args.prompt_length_policy,
+        )
+    except FileNotFoundError:
+        raise
+    except OSError as exc:  # an unreadable model or benchmark (permissions, a truncated download, missing weights)
+        raise ValueError(f"eval --model {args.model!r}: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}") from exc
     out = Path(args.out)
     write_json(results, out / "eval.json")
     write_markdown(results, out / "eval.md")

@@ -175,6 +175,16 @@ class RolloutConfig:
             raise ConfigError(f"rollout.n = {self.n}: GRPO needs at least 2 responses per prompt")
         if self.val_n < 1:
             raise ConfigError(f"rollout.val_n = {self.val_n} must be >= 1")
+        if not self.temperature > 0:
+            raise ConfigError(f"rollout.temperature = {self.temperature}: training rollouts must sample (> 0; GRPO's "
+                              "groups of identical greedy responses have no advantage); greedy is rollout.val_temperature = 0")
+        if not 0 < self.top_p <= 1 or not 0 < self.val_top_p <= 1:
+            raise ConfigError(f"rollout.top_p = {self.top_p}, rollout.val_top_p = {self.val_top_p}: each must be in (0, 1]")
+        if self.top_k < 0 or self.val_temperature < 0:
+            raise ConfigError(f"rollout.top_k = {self.top_k}, rollout.val_temperature = {self.val_temperature}: "
+                              "each must be >= 0 (0: top-k off, greedy validation)")
+        if self.max_new_tokens < 1:
+            raise ConfigError(f"rollout.max_new_tokens = {self.max_new_tokens} must be >= 1")
         if self.val_n_final < 0:
             raise ConfigError(f"rollout.val_n_final = {self.val_n_final} must be >= 0 (0: rollout.val_n)")
 
@@ -328,6 +338,18 @@ class TrainerConfig:
         if self.mini_batch_size % self.mini_batch_divisor:
             raise ConfigError(f"trainer.mini_batch_size = {self.mini_batch_size} is not divisible by "
                               f"trainer.mini_batch_divisor = {self.mini_batch_divisor}")
+        for key in ("val_every", "save_every", "lr_warmup_steps", "torch_threads"):
+            if getattr(self, key) < 0:
+                raise ConfigError(f"trainer.{key} = {getattr(self, key)} must be >= 0 (0: off)")
+        if self.keep_checkpoints < 1:
+            raise ConfigError(f"trainer.keep_checkpoints = {self.keep_checkpoints} must be >= 1 (the latest checkpoint "
+                              "is what a resume reads); trainer.save_every = 0 turns checkpoints off")
+        if not self.lr > 0 or self.weight_decay < 0 or self.grad_clip < 0:
+            raise ConfigError(f"trainer.lr = {self.lr}, trainer.weight_decay = {self.weight_decay}, trainer.grad_clip = "
+                              f"{self.grad_clip}: need lr > 0, weight_decay >= 0, grad_clip >= 0 (0: no clipping)")
+        if self.zero_stage == 3 and not self.use_deepspeed:
+            raise ConfigError("trainer.zero_stage = 3 shards the model with DeepSpeed, but trainer.use_deepspeed = false "
+                              "trains without it; set trainer.use_deepspeed=true or trainer.zero_stage=0")
 
     @property
     def effective_mini_batch(self) -> int:
@@ -344,6 +366,43 @@ class FastRLConfig:
     rollout: RolloutConfig = field(default_factory=RolloutConfig)
     algorithm: AlgorithmConfig = field(default_factory=AlgorithmConfig)
     trainer: TrainerConfig = field(default_factory=TrainerConfig)
+
+    def __post_init__(self) -> None:
+        if self.data.task == "files" and not self.model.path:
+            raise ConfigError("data.task = files needs model.path (the policy to train): the tiny model's SFT warm "
+                              "start exists only for the generated tasks (mini-math, mini-geo, ...)")
+        if self.model.dtype == "bfloat16" and not self.trainer.use_deepspeed:
+            raise ConfigError("model.dtype = bfloat16 needs trainer.use_deepspeed = true (the plain torch path trains "
+                              "float32 weights); set model.dtype=float32 or trainer.use_deepspeed=true")
+        _check_mini_batch(self.trainer, self.rollout)
+
+
+def _check_mini_batch(t: TrainerConfig, r: RolloutConfig) -> None:
+    """fixed_minibatch: the optimizer mini-batch must divide the rollout batch (B x n trajectories).
+    Pruned or rescaled batches vary, and MDAP's refill aligns their kept counts to it; a full
+    GRPO batch is split exactly (5 on 16 would give 4 steps of 4, 64 on 16 one step of 16)."""
+    if t.update_mode != "fixed_minibatch":
+        return
+    batch = t.prompts_per_step * r.n
+    mb = t.effective_mini_batch
+    if mb > batch or batch % mb:
+        hint = min((d for d in range(1, batch + 1) if batch % d == 0), key=lambda d: (abs(d - mb), -d))
+        raise ConfigError(
+            f"trainer.mini_batch_size / trainer.mini_batch_divisor = {t.mini_batch_size} / {t.mini_batch_divisor} = {mb} "
+            f"trajectories per optimizer step {'exceeds' if mb > batch else 'does not divide'} the rollout batch "
+            f"trainer.prompts_per_step x rollout.n = {t.prompts_per_step} x {r.n} = {batch}; "
+            f"use a divisor of {batch} (e.g. trainer.mini_batch_size={hint * t.mini_batch_divisor})")
+
+
+def check_engine_installed(engine: str, key: str = "rollout.engine") -> None:
+    """An engine whose package does not import is a one-line ``ConfigError`` before any model is
+    built (not an ImportError traceback once the policy is loaded). Checked when a run or an
+    evaluation starts, not when a config is read: a paper config stays readable on a CPU box."""
+    import importlib.util
+
+    if engine == "vllm" and importlib.util.find_spec("vllm") is None:
+        raise ConfigError(f"{key} = vllm but the vllm package is not installed here; install it "
+                          f"(pip install vllm, on a CUDA machine) or set {key}=hf")
 
 
 def _check_choice(key: str, value: str, choices: Sequence[str]) -> None:
@@ -469,15 +528,49 @@ def resolve_config_path(path: str | Path, relative_to: Path | None = None) -> Pa
     raise ConfigError(f"config file {str(path)!r} not found (looked in: {', '.join(map(str, candidates))})")
 
 
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """PyYAML's safe loader, except that a key given twice in one mapping is an error (PyYAML keeps
+    the last silently)."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        first: dict[Any, yaml.Mark] = {}
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=True)  # type: ignore[no-untyped-call]
+            mark = key_node.start_mark
+            if not isinstance(key, (str, int, float, bool)) and key is not None:
+                continue  # an unhashable key: PyYAML's own constructor reports it
+            if key in first:
+                raise ConfigError(f"{mark.name}:{mark.line + 1}:{mark.column + 1}: duplicate key {key!r} (first at line "
+                                  f"{first[key].line + 1}); keep one of them")
+            first[key] = mark
+        return super().construct_mapping(node, deep=deep)
+
+
+def read_yaml(path: Path) -> Any:
+    """A YAML file's content; a syntax error or a duplicate key is one ``ConfigError`` line with
+    file, line and column."""
+    try:
+        with open(path, encoding="utf-8") as fh:
+            return yaml.load(fh, Loader=_UniqueKeyLoader)  # noqa: S506 - a SafeLoader subclass
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark or exc.context_mark
+        where = f"{path}:{mark.line + 1}:{mark.column + 1}" if mark else str(path)
+        raise ConfigError(f"{where}: invalid YAML: {exc.problem or exc.context}") from None
+    except (yaml.YAMLError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"{path}: invalid YAML: {str(exc).splitlines()[0]}") from None
+
+
 def _load_yaml_tree(path: Path, seen: tuple[Path, ...] = ()) -> list[tuple[Path, dict[str, Any]]]:
     """The file's ``defaults:`` (depth first, in order) followed by the file itself."""
     if path in seen:
         raise ConfigError(f"config {path} includes itself through defaults: {' -> '.join(map(str, seen))}")
-    with open(path) as fh:
-        data = yaml.safe_load(fh) or {}
+    data = read_yaml(path) or {}
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: top level must be a mapping, got {type(data).__name__}")
     defaults = data.pop("defaults", []) or []
+    if not isinstance(defaults, list) or not all(isinstance(d, str) for d in defaults):
+        raise ConfigError(f"{path}: 'defaults' must be a list of config files, e.g. defaults: [methods/grpo.yaml]; "
+                          f"got {defaults!r}")
     out: list[tuple[Path, dict[str, Any]]] = []
     for d in defaults:
         out.extend(_load_yaml_tree(resolve_config_path(d, path.parent), seen + (path,)))

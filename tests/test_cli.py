@@ -41,7 +41,11 @@ def test_hub_ids_and_local_paths(tmp_path, monkeypatch):
     for local in ("runs/typo", "./model", "/abs/model", "~/model", "model", "a/b/c", ".cache/x"):
         assert not api.is_hub_id(local), local
     cli.check_model_arg("Qwen/Qwen2.5-VL-7B-Instruct")  # left to transformers
-    cli.check_model_arg(str(tmp_path / "runs"))  # exists
+    (tmp_path / "runs" / "config.json").write_text("{}")
+    cli.check_model_arg(str(tmp_path / "runs"))  # a model directory
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(ValueError, match="'empty' is a directory without config.json"):
+        cli.check_model_arg("empty")  # exists, but holds no model
     with pytest.raises(FileNotFoundError, match="'runs/typo': no such run or model directory"):
         cli.check_model_arg("runs/typo")
 

@@ -28,6 +28,7 @@ log = logging.getLogger(__name__)
 class LoadReport:
     records: list[Record]
     skipped: list[RecordError] = field(default_factory=list)
+    rows: list[int] = field(default_factory=list)  # rows[i]: the file row records[i] came from
 
     @property
     def n_skipped(self) -> int:
@@ -40,7 +41,10 @@ def _iter_raw_rows(path: Path) -> Iterator[tuple[int, dict[str, Any] | RecordErr
     if suffix == ".parquet":
         import pyarrow.parquet as pq
 
-        table = pq.read_table(path)
+        try:
+            table = pq.read_table(path)
+        except (OSError, ValueError) as e:  # pyarrow's ArrowInvalid / ArrowIOError: a truncated or empty file
+            raise RecordError(f"is not a readable parquet file: {e}", file=str(path), row=None, field="<file>", uid=None) from e
         missing = [c for c in REQUIRED_FIELDS if c not in table.column_names]
         if missing:
             raise RecordError(
@@ -50,8 +54,15 @@ def _iter_raw_rows(path: Path) -> Iterator[tuple[int, dict[str, Any] | RecordErr
         for i, row in enumerate(table.to_pylist()):
             yield i, row
     elif suffix in (".jsonl", ".json"):
-        with path.open(encoding="utf-8") as f:
-            for i, line in enumerate(f):
+        with path.open("rb") as f:  # decoded line by line, so a bad byte names its line
+            for i, raw_line in enumerate(f):
+                try:
+                    line = raw_line.decode("utf-8")
+                except UnicodeDecodeError as e:
+                    yield i, RecordError(
+                        f"line {i + 1} is not UTF-8 text: byte {raw_line[e.start:e.start + 1]!r} at column {e.start + 1} "
+                        f"({e.reason}); re-encode the file as UTF-8", file=str(path), row=i, field="<row>", uid=None)
+                    continue
                 if not line.strip():
                     continue
                 try:
@@ -116,6 +127,7 @@ def load_records_report(path: str | Path, *, skip_bad_rows: bool = False, decode
     if not path.exists():
         raise FileNotFoundError(f"record file {path} does not exist")
     records: list[Record] = []
+    rows: list[int] = []
     skipped: list[RecordError] = []
     seen: dict[str, int] = {}
     for i, raw in _iter_raw_rows(path):
@@ -127,13 +139,14 @@ def load_records_report(path: str | Path, *, skip_bad_rows: bool = False, decode
                 raise RecordError(f"duplicate uid (first seen at row {seen[rec.uid]})", file=str(path), row=i, field="uid", uid=rec.uid)
             seen[rec.uid] = i
             records.append(rec)
+            rows.append(i)
         except RecordError as e:
             if not skip_bad_rows:
                 raise
             skipped.append(e)
     if skipped:
         log.warning("%s: skipped %d bad row(s) of %d; first: %s", path, len(skipped), len(skipped) + len(records), skipped[0])
-    return LoadReport(records=records, skipped=skipped)
+    return LoadReport(records=records, skipped=skipped, rows=rows)
 
 
 def load_records(path: str | Path, *, skip_bad_rows: bool = False, decode_images: bool = True) -> list[Record]:

@@ -19,6 +19,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 from fastrl import metric_keys as K
 from fastrl.rewards.geoqa import geoqa_compute_score_unguarded
+from fastrl.rewards.grounding import ground_truth_problem as grounding_ground_truth_problem
 from fastrl.rewards.grounding import grounding_compute_score_unguarded
 from fastrl.rewards.math import compute_score_unguarded, easyr1_compute_score_unguarded
 from fastrl.rewards.mc import mc_compute_score_unguarded
@@ -44,6 +45,17 @@ REWARD_KEYS: dict[str, tuple[str, ...]] = {
     "mc": ("overall", "format", "accuracy"),
     "grounding_iou": ("overall", "format", "accuracy", "iou"),
 }
+
+# Ground-truth checks a reward needs at load time: a ground truth it can never grade is bad data,
+# not a response worth 0 (fastrl.training.setup.load_datasets applies them, naming file and row).
+GROUND_TRUTH_CHECKS: dict[str, Callable[[str], str | None]] = {"grounding_iou": grounding_ground_truth_problem}
+
+
+def ground_truth_problem(name: str, ground_truth: str) -> str | None:
+    """Why reward ``name`` cannot grade ``ground_truth``, or None."""
+    check = GROUND_TRUTH_CHECKS.get(name)
+    return check(ground_truth) if check is not None else None
+
 
 # Record fields a reward function may use (passed as keyword arguments by score_batch).
 RECORD_FIELDS = ("choices", "meta", "source", "uid")
@@ -128,5 +140,5 @@ def score_batch(
 
 
 __all__ = [
-    "REWARD_FUNCTIONS", "REWARD_KEYS", "RECORD_FIELDS", "get_reward_fn", "guarded_call", "score_batch", "failure_counts",
+    "REWARD_FUNCTIONS", "REWARD_KEYS", "RECORD_FIELDS", "GROUND_TRUTH_CHECKS", "ground_truth_problem", "get_reward_fn", "guarded_call", "score_batch", "failure_counts",
 ]

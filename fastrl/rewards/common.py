@@ -1,24 +1,54 @@
-"""Helpers shared by the reward functions: tag normalisation, box extraction, the format check."""
+"""Helpers shared by the reward functions: tag normalisation, box extraction, the format check.
+
+Every helper runs in time linear in the response (a policy can emit anything: 64 k spaces, an
+unclosed ``\\boxed{`` repeated, a boxed ``9^9^9``), so no reward call needs its time box on such
+input; ``bench/rewards_adversarial.py`` times them.
+"""
 
 from __future__ import annotations
 
 import re
 
 from mathruler.grader import extract_boxed_content, grade_answer
+from mathruler.math_normalize import normalize_answer
+from pylatexenc.latex2text import LatexNodes2Text
 
-_SPACES_AROUND_TAG_CHARS = re.compile(r"\s*(<|>|/)\s*")
+from fastrl.rewards.bounded import MAX_DEPTH, bracket_depth, sympy_hazard
+
+_WHITESPACE_RUN = re.compile(r"\s+")
+_TAG_CHARS = frozenset("<>/")
 _BOXED = "\\boxed{"
+# Longer boxed answers are compared as stripped text only: mathruler's normalisation (pylatexenc,
+# comma stripping) is not linear, and no benchmark answer comes near this length.
+MAX_GRADED_CHARS = 1_000
 
 
 def normalize_tags(response: str) -> str:
-    """Drop whitespace around ``<``, ``>`` and ``/`` (as EasyR1 does), so ``< thinking >`` counts."""
-    return _SPACES_AROUND_TAG_CHARS.sub(r"\1", response)
+    """Drop whitespace around ``<``, ``>`` and ``/`` (as EasyR1 does), so ``< thinking >`` counts.
+
+    One pass over whitespace runs (``\\s*[<>/]\\s*`` re-scans a run from each of its positions:
+    quadratic, 16 s on 16 k spaces); a run is dropped when a tag character touches it."""
+
+    def drop_if_touching_tag(m: re.Match[str]) -> str:
+        start, end = m.span()
+        touches = (start > 0 and response[start - 1] in _TAG_CHARS) or (end < len(response) and response[end] in _TAG_CHARS)
+        return "" if touches else m.group(0)
+
+    return _WHITESPACE_RUN.sub(drop_if_touching_tag, response)
 
 
 def format_ok(response: str, tag: str) -> bool:
-    """``<tag>…</tag>`` followed by ``\\boxed{…}`` (on a tag-normalised response)."""
-    pattern = re.compile(rf"<{tag}>.*</{tag}>.*\\boxed\{{.*\}}.*", re.DOTALL)
-    return pattern.fullmatch(response) is not None
+    """``<tag>…</tag>`` followed by ``\\boxed{…}`` (on a tag-normalised response): the response
+    starts with ``<tag>``, and a ``</tag>``, then ``\\boxed{``, then ``}`` follow in that order.
+
+    The same test as ``re.fullmatch(r"<tag>.*</tag>.*\\\\boxed\\{.*\\}.*", DOTALL)``, by finding
+    the earliest of each, without that pattern's quadratic backtracking."""
+    opening, closing = f"<{tag}>", f"</{tag}>"
+    if not response.startswith(opening):
+        return False
+    end_tag = response.find(closing, len(opening))
+    box = response.find(_BOXED, end_tag + len(closing)) if end_tag >= 0 else -1
+    return box >= 0 and response.find("}", box + len(_BOXED)) >= 0
 
 
 def extract_boxed(response: str) -> str | None:
@@ -36,8 +66,31 @@ def extract_boxed(response: str) -> str | None:
     return content
 
 
+def too_large_to_grade(answer: str) -> bool:
+    """Longer than ``MAX_GRADED_CHARS`` or nested deeper than ``bounded.MAX_DEPTH``: compared as
+    text only (mathruler's LaTeX-to-text pass is quadratic in nesting: 150 nested ``\\frac``, 0.1 s)."""
+    return len(answer) > MAX_GRADED_CHARS or bracket_depth(answer) > MAX_DEPTH
+
+
+def sympy_text(answer: str) -> str:
+    """The answer's structure as mathruler hands it to sympy: LaTeX read as text by pylatexenc (as
+    mathruler does), braces dropped (``2^{2^{30}}`` becomes the tower ``2^2^30``), no spaces."""
+    text = LatexNodes2Text().latex_to_text(answer) if "\\" in answer else answer
+    for a, b in (("√", "sqrt"), ("π", "pi"), ("×", "*"), ("·", "*"), ("{", ""), ("}", ""), (" ", "")):
+        text = text.replace(a, b)
+    return text
+
+
 def grade(pred: str | None, ground_truth: str) -> bool:
-    """mathruler's ``grade_answer``; a missing prediction is wrong. Not time-boxed by itself."""
+    """mathruler's ``grade_answer``; a missing prediction is wrong. Not time-boxed by itself, but
+    an answer sympy could not evaluate quickly (``bounded.sympy_hazard``: ``(10!)!``, ``9**9**9``,
+    deep nesting) is compared by mathruler's MATH normalisation only, so every call is fast."""
     if pred is None or not pred.strip():
+        return False
+    if too_large_to_grade(pred):
+        return pred.strip() == ground_truth.strip()
+    if normalize_answer(pred) == normalize_answer(ground_truth):
+        return True  # grade_answer's first test
+    if any(sympy_hazard(sympy_text(s)) for s in (pred, ground_truth)):
         return False
     return bool(grade_answer(pred, ground_truth))

@@ -48,6 +48,20 @@ def answer_region(response: str) -> str:
     return response
 
 
+def ground_truth_problem(ground_truth: str) -> str | None:
+    """Why ``ground_truth`` cannot be graded (every response would score 0), or None: it must
+    hold a finite ``[x1, y1, x2, y2]`` box with x2 > x1 and y2 > y1 (the loader checks this)."""
+    if re.search(r"\b(?:nan|inf(?:inity)?)\b", ground_truth, re.IGNORECASE):
+        return f"ground truth {ground_truth!r} has a NaN or infinite coordinate"
+    box = parse_box(ground_truth)
+    if box is None:
+        return f"ground truth {ground_truth!r} has no [x1, y1, x2, y2] box"
+    x1, y1, x2, y2 = box
+    if not (x2 > x1 and y2 > y1):
+        return f"ground truth box {list(box)} is empty (needs x2 > x1 and y2 > y1)"
+    return None
+
+
 def grounding_compute_score_unguarded(response: str, ground_truth: str, **record_fields: object) -> dict[str, float]:
     gt = parse_box(ground_truth)
     if gt is None:

@@ -36,7 +36,7 @@ from fastrl.training.components import Components, build_components
 from fastrl.training.metrics import RunLogger, StageTimer, progress_postfix
 from fastrl.training.run_dir import (FINAL_DIR, Opening, RunDirError, RunLock, fault_point, open_run,
                                      write_identity, write_summary)
-from fastrl.training.setup import PolicyBundle, build_policy, load_datasets
+from fastrl.training.setup import PolicyBundle, build_policy, limit_prompts, load_dataset_splits
 from fastrl.training.update import LossSettings, compute_logprobs, plan_minibatches, update_policy
 
 log = logging.getLogger(__name__)
@@ -83,13 +83,14 @@ class Trainer:
         if self.finished is not None:
             return
         try:
+            splits = load_dataset_splits(cfg)  # bad data fails here, before any model is built
             self.policy = build_policy(cfg)
             # Token ids and image references of every record, never pixel tensors (a float32
             # Qwen2.5-VL image is megabytes): those are built per batch (``materialize``).
             self._encoded: dict[str, PromptTokens] = {}
             self.prompt_limit = PromptLimit(cfg.data.max_prompt_length, cfg.data.prompt_length_policy)
-            self.train_records, self.val_records, self.ood_records = load_datasets(
-                cfg, within_limit=self._within_prompt_limit)
+            self.train_records, self.val_records, self.ood_records = limit_prompts(
+                splits, within_limit=self._within_prompt_limit)
             self.ood_formats = ood_formats(cfg, self.ood_records)
             if dist.is_main():  # the run's identity, written once (model and data were built)
                 write_identity(self.run_dir, cfg)

@@ -14,7 +14,7 @@ from typing import Any, Callable, Sequence
 
 import torch
 
-from fastrl.config import FastRLConfig
+from fastrl.config import FastRLConfig, check_engine_installed
 from fastrl.data.schema import Record
 from fastrl.models.device import check_deepspeed_device, deepspeed_device, module_device, resolve_device
 from fastrl.models.inputs import PromptInput
@@ -234,6 +234,7 @@ def _is_deepspeed_engine(module: torch.nn.Module) -> bool:
 def build_policy(cfg: FastRLConfig) -> PolicyBundle:
     from fastrl.training.actor import Actor, build_reference
 
+    check_engine_installed(cfg.rollout.engine)
     device = policy_device(cfg)
     path = resolve_policy_path(cfg, device)
     spec = policy_spec(cfg, path)
@@ -256,28 +257,128 @@ def build_policy(cfg: FastRLConfig) -> PolicyBundle:
 def load_datasets(
     cfg: FastRLConfig, within_limit: Callable[[list[Record], str], list[Record]] | None = None,
 ) -> tuple[list[Record], list[Record], dict[str, list[Record]]]:
-    """Train, validation and out-of-domain records for the configured task. ``within_limit(records,
-    where)`` (the trainer's prompt-length limit) is applied to each file or generated split."""
-    d = cfg.data
-    limit = within_limit or (lambda records, where: records)
-    if d.task == "files":
-        from fastrl.data.loaders import load_records
+    """Train, validation and out-of-domain records (``load_dataset_splits``), each file or generated
+    split then cut to ``within_limit(records, where)`` (the trainer's prompt-length limit)."""
+    return limit_prompts(load_dataset_splits(cfg), within_limit)
 
+
+@dataclass
+class DatasetSplits:
+    """A run's records by split, with where each came from; checked as a whole, no model needed."""
+
+    train: _Split
+    val: _Split
+    ood: dict[str, _Split]
+
+
+def load_dataset_splits(cfg: FastRLConfig) -> DatasetSplits:
+    """The configured task's splits, checked as a whole: no empty file, no uid twice within a
+    split (nor one uid for two different records across splits: the trainer's prompt cache is keyed
+    by uid), and every ground truth gradable by ``data.reward``. Each error names the file(s) and
+    row(s). Training records get the release's question id (``row_id``: the row over the training
+    files, file after file)."""
+    d = cfg.data
+    if d.task == "files":
         if not d.train_files:
             raise DataError("data.task = files needs data.train_files (paths to canonical parquet/jsonl)")
-        train = [r for f in d.train_files for r in limit(load_records(f), f)]
-        for row, r in enumerate(train):  # the release's question_id: start offset + row, file after file
+        train = _load_split(d.train_files, "data.train_files")
+        for row, r in enumerate(train.records):  # the release's question_id: start offset + row
             r.row_id = row
-        val = [r for f in d.val_files for r in limit(load_records(f), f)]
-        ood = {Path(f).stem: limit(load_records(f), f) for f in d.ood_variants}
-        return train, val, ood
-    from fastrl.mini.tasks import generate_task
+        val = _load_split(d.val_files, "data.val_files")
+        ood = {}
+        for f in d.ood_variants:
+            name = Path(f).stem
+            if name in ood:
+                raise DataError(f"data.ood_variants: {ood[name].where[0][0]!r} and {f!r} have the same benchmark name "
+                                f"{name!r} (the file stem); rename one")
+            ood[name] = _load_split([f], "data.ood_variants")
+    else:
+        from fastrl.mini.tasks import generate_task
 
-    train = limit(generate_task(d.task, split="train", num=d.num_train, seed=d.seed, variant=d.variant),
-                  f"{d.task} train")
-    val = limit(generate_task(d.task, split="val", num=d.num_val, seed=d.seed, variant=d.variant), f"{d.task} val")
-    ood = {v: limit(generate_task(d.task, split="val", num=d.num_val, seed=d.seed, variant=v), f"{d.task}:{v} val")
-           for v in d.ood_variants}
-    if not train:
-        raise DataError(f"data.task = {d.task!r} generated no training records (data.num_train = {d.num_train})")
-    return train, val, ood
+        def generated(split: str, num: int, variant: str) -> _Split:
+            records = generate_task(d.task, split=split, num=num, seed=d.seed, variant=variant)
+            label = f"{d.task} {split}" if variant == d.variant else f"{d.task}:{variant} {split}"
+            return _Split(records, [(label, i) for i in range(len(records))])
+
+        train = generated("train", d.num_train, d.variant)
+        val = generated("val", d.num_val, d.variant)
+        ood = {v: generated("val", d.num_val, v) for v in d.ood_variants}
+        if not train.records:
+            raise DataError(f"data.task = {d.task!r} generated no training records (data.num_train = {d.num_train})")
+    splits = {"train": train, "val": val, **{f"ood {k}": v for k, v in ood.items()}}
+    _refuse_conflicting_uids(splits)
+    for split in splits.values():
+        _check_ground_truths(split, d.reward)
+    return DatasetSplits(train, val, ood)
+
+
+def limit_prompts(
+    splits: DatasetSplits, within_limit: Callable[[list[Record], str], list[Record]] | None,
+) -> tuple[list[Record], list[Record], dict[str, list[Record]]]:
+    """Each file (or generated split) of ``splits`` cut to ``within_limit(records, where)``."""
+    def cut(split: _Split) -> list[Record]:
+        if within_limit is None:
+            return list(split.records)
+        by_file: dict[str, list[Record]] = {}
+        for rec, (where, _) in zip(split.records, split.where):
+            by_file.setdefault(where, []).append(rec)
+        return [r for where, records in by_file.items() for r in within_limit(records, where)]
+
+    return cut(splits.train), cut(splits.val), {k: cut(v) for k, v in splits.ood.items()}
+
+
+@dataclass
+class _Split:
+    """A split's records and where each came from: (file, row)."""
+
+    records: list[Record]
+    where: list[tuple[str, int]]
+
+
+def _load_split(files: Sequence[str], key: str) -> _Split:
+    """Every file of a split (an empty file is an error), with no uid twice across them."""
+    from fastrl.data.loaders import load_records_report
+
+    split = _Split([], [])
+    first: dict[str, tuple[str, int]] = {}
+    for f in files:
+        report = load_records_report(f)
+        if not report.records:
+            raise DataError(f"{key}: {f!r} has no records (an empty file); fill it or remove it from {key}")
+        for rec, row in zip(report.records, report.rows):
+            if rec.uid in first:
+                f0, row0 = first[rec.uid]
+                raise DataError(f"{key}: uid {rec.uid!r} is in {f0!r} row {row0} and in {f!r} row {row}; uids must be "
+                                "unique (prompts are cached by uid, so one would be trained on the other's prompt)")
+            first[rec.uid] = (f, row)
+            split.records.append(rec)
+            split.where.append((f, row))
+    return split
+
+
+def _refuse_conflicting_uids(splits: dict[str, _Split]) -> None:
+    """One uid may appear in two splits only for the same record (problem, answer, choices and
+    image count): the prompt cache would otherwise serve one split the other's prompt."""
+    seen: dict[str, tuple[str, Record, tuple[str, int]]] = {}
+    for name, split in splits.items():
+        for rec, where in zip(split.records, split.where):
+            prev = seen.setdefault(rec.uid, (name, rec, where))
+            p_name, p_rec, p_where = prev
+            if p_name != name and _identity(p_rec) != _identity(rec):
+                raise DataError(f"uid {rec.uid!r} names different records in {p_name} ({p_where[0]!r} row {p_where[1]}) "
+                                f"and {name} ({where[0]!r} row {where[1]}); give one of them another uid")
+
+
+def _identity(rec: Record) -> tuple[Any, ...]:
+    return rec.problem, rec.answer, rec.choices, len(rec.images)
+
+
+def _check_ground_truths(split: _Split, reward: str) -> None:
+    from fastrl.data.schema import RecordError
+    from fastrl.rewards import ground_truth_problem
+
+    for rec, (f, row) in zip(split.records, split.where):
+        problem = ground_truth_problem(reward, rec.answer)
+        if problem is not None:
+            raise RecordError(f"{problem}; data.reward = {reward} could never score a response to it",
+                              file=f, row=row, field="answer", uid=rec.uid)
