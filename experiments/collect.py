@@ -34,6 +34,7 @@ import numpy as np
 from experiments.logs import RunSummary, is_finished, summarize
 from experiments.spec import SCALES, RunSpec
 from experiments.stats import NA, paired_values, t_interval
+from fastrl.training.token_bound import GENERATED_STAGES, TRAINED_STAGES, token_bound
 
 if TYPE_CHECKING:
     from experiments.export import RunRecords
@@ -69,11 +70,6 @@ UNITS: dict[str, str] = {
     "bound_s": "s", "bound_cpu_s": "s", "bound_efficiency": "ratio", "bound_cpu_efficiency": "ratio",
 }
 
-# The token bound (``token_bound``): stages that see every generated response (before pruning) scale
-# with the tokens generated, the stages after pruning with the tokens trained; the step's untimed
-# remainder (batch assembly, ARS statistics) is a per-step cost that no token count moves.
-GENERATED_STAGES: tuple[str, ...] = ("gen", "reward", "adv", "prune")
-TRAINED_STAGES: tuple[str, ...] = ("old_log_prob", "ref", "update_actor", "update_weights")
 
 
 def unit_of(metric: str) -> str:
@@ -206,27 +202,11 @@ def run_metrics(s: RunSummary) -> dict[str, float]:
     return m
 
 
-def token_bound(ref_stages: dict[str, float], ref_tokens: tuple[float, float], tokens: tuple[float, float]) -> float:
-    """Seconds a run would take if each stage of the reference run (``ref_stages``: stage -> total
-    seconds, with ``step`` the total) scaled with the tokens it processes: GENERATED_STAGES by
-    tokens generated, TRAINED_STAGES by tokens trained (``tokens`` and ``ref_tokens`` are
-    (generated, trained) totals of the run and the reference); the untimed rest of the reference's
-    steps is kept as it is. CPPO's old/ref passes see the whole batch, so its bound is one it
-    cannot reach by design."""
-    (gen_ref, trained_ref), (gen, trained) = ref_tokens, tokens
-    if min(gen_ref, trained_ref) <= 0:
-        raise ValueError(f"token_bound: reference token counts {ref_tokens} must be positive")
-    timed = (*GENERATED_STAGES, *TRAINED_STAGES)
-    rest = ref_stages["step"] - sum(ref_stages.get(k, 0.0) for k in timed)
-    return (sum(ref_stages.get(k, 0.0) for k in GENERATED_STAGES) * gen / gen_ref
-            + sum(ref_stages.get(k, 0.0) for k in TRAINED_STAGES) * trained / trained_ref + rest)
-
-
 def bound_rows(target: str, cell: Cell, ref_cell: Cell, *, ref: str) -> list[Row]:
     """``bound_s`` (mean ± std) and ``bound_efficiency`` = bound_s / training time (mean [95 %
     t-interval]) of ``cell`` against the same-seed runs of ``ref_cell`` (``token_bound`` of the
-    reference's stage times); the ``_cpu`` pair from CPU seconds where both runs logged them per
-    stage (``cpu_s/<stage>``)."""
+    reference's stage times, fastrl.training.token_bound); the ``_cpu`` pair from CPU seconds
+    where both runs logged them per stage (``cpu_s/<stage>``)."""
     rows: list[Row] = []
     common = sorted(set(cell.summaries) & set(ref_cell.summaries))
     measures = (("timing", "train_time_s", "bound_s", "bound_efficiency", "wall-clock seconds"),

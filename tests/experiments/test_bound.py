@@ -1,5 +1,5 @@
 """The token bound: what a method's run would take if each stage of GRPO's same-seed run scaled
-with the tokens it processes (experiments.collect.token_bound / bound_rows), on known answers."""
+with the tokens it processes (fastrl.training.token_bound, experiments.collect.bound_rows), on known answers."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ from experiments.grid import Context, paired_order
 from experiments.logs import summarize
 from experiments.run import target_module
 from experiments.stats import t_interval
+from fastrl.training.token_bound import token_bound
 from tests.experiments.synthetic import write_run
 
 
@@ -21,11 +22,11 @@ def test_token_bound_scales_each_stage_by_the_tokens_it_sees():
     ref = {"gen": 6.0, "reward": 1.0, "adv": 0.0, "prune": 0.0, "old_log_prob": 1.0, "ref": 1.0,
            "update_actor": 4.0, "update_weights": 0.0, "step": 14.0}  # 1 s untimed
     # half the tokens generated, a quarter trained: (6 + 1) / 2 + (1 + 1 + 4) / 4 + 1
-    assert math.isclose(C.token_bound(ref, (1000.0, 1000.0), (500.0, 250.0)), 6.0)
+    assert math.isclose(token_bound(ref, (1000.0, 1000.0), (500.0, 250.0)), 6.0)
     # the same token counts: the bound is the reference's own time
-    assert math.isclose(C.token_bound(ref, (1000.0, 800.0), (1000.0, 800.0)), 14.0)
+    assert math.isclose(token_bound(ref, (1000.0, 800.0), (1000.0, 800.0)), 14.0)
     with pytest.raises(ValueError, match="positive"):
-        C.token_bound(ref, (0.0, 1.0), (1.0, 1.0))
+        token_bound(ref, (0.0, 1.0), (1.0, 1.0))
 
 
 def ctx_for(tmp_path, seeds=(1, 2)) -> Context:
@@ -122,3 +123,47 @@ def test_paired_order_puts_an_unlisted_bound_last():
                 value=0.8, ci95_low=0.7, ci95_high=0.9)
     rows = [row, *(C.Row(**{**row.__dict__, "metric": m}) for m in ("speedup_vs_grpo_ci95", "d_avg_acc_vs_grpo"))]
     assert paired_order(rows) == ["d_avg_acc_vs_grpo", "speedup_vs_grpo_ci95", "bound_efficiency"]
+
+
+def _record(variant: str, seed: int, timing: dict[str, float], cpu: float, generated: float, trained: float) -> dict:
+    return {"dataset": "geometry3k", "model": "vl_3b", "variant": variant, "seed": seed,
+            "summary": {"timing_s": timing, "train_cpu_s": cpu, "tokens_generated": generated, "tokens_trained": trained}}
+
+
+def test_stage_gaps_put_the_excess_on_its_stage():
+    from experiments.bound import report, stage_gaps
+
+    records = [_record("grpo", 1, {"gen": 6.0, "update_actor": 4.0, "step": 12.0}, 6.0, 100.0, 100.0),
+               _record("fastrl", 1, {"gen": 6.0, "update_actor": 2.0, "step": 10.0}, 10.0, 100.0, 25.0),
+               _record("fastrl", 2, {"gen": 1.0, "step": 1.0}, 1.0, 1.0, 1.0)]  # no GRPO seed 2: not paired
+    (wall,) = stage_gaps(records, "fastrl", measure="wall")
+    assert wall.seeds == [1] and wall.measured["update_actor"] == 2.0 and wall.share["update_actor"] == 1.0
+    assert math.isclose(wall.share["rest"], 2.0) and math.isclose(wall.efficiency, (6 + 1 + 2) / 10)
+    # cpu~: GRPO ran at 0.5 CPU s per wall second, FastRL at 1.0
+    (cpu,) = stage_gaps(records, "fastrl", measure="cpu~")
+    assert math.isclose(cpu.efficiency, (3 + 0.5 + 1) / 10) and cpu.cpu_per_wall == (1.0, 0.5)
+    assert "update_actor   measured    2.00   token share    1.00   excess   +1.00" in report([wall], "fastrl", "grpo", "wall")
+
+
+def test_the_demo_summary_has_the_bound_of_every_method_but_grpo():
+    from fastrl.demo import add_token_bounds, format_table
+
+    stages = {"gen": 6.0, "reward": 0.0, "adv": 0.0, "prune": 0.0, "old_log_prob": 1.0, "ref": 1.0,
+              "update_actor": 2.0, "update_weights": 0.0, "step": 10.0}
+    common = {"steps": 2, "cpu_s": 5.0, "acc_before": 0.5, "acc_after": 0.5, "kept_fraction": 1.0, "n_per_step": [8, 8],
+              "val_curve": []}
+    methods = {"grpo": {**common, "wall_s": 10.0, "timing_s": stages, "tokens_generated": 100.0, "tokens_trained": 100.0},
+               "fastrl": {**common, "wall_s": 8.0, "timing_s": stages, "tokens_generated": 100.0, "tokens_trained": 25.0}}
+    add_token_bounds(methods)
+    assert "bound_s" not in methods["grpo"]
+    assert math.isclose(methods["fastrl"]["bound_s"], 6.0 + 4.0 / 4 + 0.0)
+    assert math.isclose(methods["fastrl"]["bound_efficiency"], 7.0 / 8.0)
+    assert "| token-bound efficiency (GRPO's time per token / this) | 1.00 | 0.88 |" in format_table(methods)
+
+
+def test_the_stage_report_reads_the_committed_table1_metadata(capsys):
+    from experiments.bound import main
+
+    assert main(["table1", "--method", "fastrl"]) == 0
+    out = capsys.readouterr().out
+    assert out.count("(fastrl vs grpo, seeds [1, 2, 3, 4, 5], cpu~ seconds)") == 4 and "update_actor" in out
