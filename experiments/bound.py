@@ -1,6 +1,7 @@
 """Where a method's time goes beyond its token bound, stage by stage, from committed run metadata.
 
-    python -m experiments.bound table1 --method fastrl [--scale mini]
+    python -m experiments.bound table1 --method fastrl [--scale mini] [--measure cpu~|cpu|wall]
+    python -m experiments.bound --runs GRPO_RUN_DIR FASTRL_RUN_DIR --measure cpu
 
 For every setting of the target, averaged over the seeds both the method and the baseline
 finished: each stage's measured wall-clock seconds beside its token share (the baseline's same-seed
@@ -8,6 +9,8 @@ stage seconds scaled as in ``fastrl.training.token_bound``), the excess, and the
 measured, a ratio of the seed means), in one of two measures (``--measure``):
 
 - ``wall``: wall-clock seconds (the table's ``bound_efficiency`` is the mean of its per-seed ratios);
+- ``cpu``: CPU seconds per stage (``cpu_s/<stage>``), where the runs logged them (run directories;
+  metadata collected since the summaries keep ``cpu_s``);
 - ``cpu~`` (default): CPU seconds, *estimated* for metadata without per-stage CPU seconds by giving
   each run's CPU seconds to its stages in proportion to their wall-clock seconds. On a
   shared machine a run's wall clock stretches with its neighbours' load, so a wall-clock pair is
@@ -25,8 +28,10 @@ from pathlib import Path
 from experiments.collect import generated_dir
 from fastrl.training.token_bound import GENERATED_STAGES, TRAINED_STAGES
 from experiments.export import metadata_path
+from experiments.logs import summarize
 
 TIMED = (*GENERATED_STAGES, *TRAINED_STAGES)
+MEASURES = ("cpu~", "cpu", "wall")
 
 
 @dataclass
@@ -46,10 +51,16 @@ class StageGap:
 
 
 def _stages(summary: dict, measure: str) -> dict[str, float]:
-    """Stage -> seconds of one run: wall-clock, or (``cpu~``) its CPU seconds given to the stages in
-    proportion to their wall-clock seconds."""
-    t = summary["timing_s"]
-    factor = summary["train_cpu_s"] / t["step"] if measure == "cpu~" else 1.0
+    """Stage -> seconds of one run: wall-clock, CPU seconds per stage (``cpu``: needs the summary's
+    ``cpu_s``), or (``cpu~``) its CPU seconds given to the stages in proportion to their
+    wall-clock seconds."""
+    if measure == "cpu":
+        if not summary.get("cpu_s"):
+            raise ValueError("--measure cpu needs per-stage CPU seconds (summary cpu_s); use cpu~ for older metadata")
+        t, factor = summary["cpu_s"], 1.0
+    else:
+        t = summary["timing_s"]
+        factor = summary["train_cpu_s"] / t["step"] if measure == "cpu~" else 1.0
     out = {k: float(t.get(k, 0.0)) * factor for k in TIMED}
     out["rest"] = float(t["step"]) * factor - sum(out.values())
     return out
@@ -57,9 +68,9 @@ def _stages(summary: dict, measure: str) -> dict[str, float]:
 
 def stage_gaps(records: list[dict], method: str, baseline: str = "grpo", measure: str = "cpu~") -> list[StageGap]:
     """Per (dataset, model) with paired seeds: ``method``'s stage seconds beside their token share
-    (``measure``: ``wall`` or ``cpu~``, see the module docstring)."""
-    if measure not in ("wall", "cpu~"):
-        raise ValueError(f"measure {measure!r}: use wall or cpu~")
+    (``measure``: one of MEASURES, see the module docstring)."""
+    if measure not in MEASURES:
+        raise ValueError(f"measure {measure!r}: use one of {MEASURES}")
     by = {(r["dataset"], r["model"], r["variant"], int(r["seed"])): r["summary"] for r in records}
     out: list[StageGap] = []
     for setting in sorted({(d, m) for d, m, v, _ in by if v == method}):
@@ -97,18 +108,38 @@ def report(gaps: list[StageGap], method: str, baseline: str, measure: str) -> st
     return "\n".join(lines)
 
 
+def run_records(ref_dir: Path, run_dir: Path) -> list[dict]:
+    """Two finished run directories as metadata-like records (``--runs``): the reference as
+    "reference", the other as "run", one setting, seed 1."""
+    out = []
+    for variant, d in (("reference", ref_dir), ("run", run_dir)):
+        s = summarize(d)
+        out.append({"dataset": "runs", "model": f"{ref_dir} vs {run_dir}", "variant": variant, "seed": 1,
+                    "summary": {"timing_s": s.timing, "cpu_s": s.cpu, "train_cpu_s": s.train_cpu_s,
+                                "tokens_generated": s.tokens_generated, "tokens_trained": s.tokens_trained}})
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m experiments.bound", description=__doc__.split("\n\n")[0])
-    p.add_argument("target")
+    p.add_argument("target", nargs="?", help="a target with run metadata (e.g. table1)")
     p.add_argument("--method", default="fastrl")
     p.add_argument("--baseline", default="grpo")
     p.add_argument("--scale", default="mini")
-    p.add_argument("--measure", choices=("cpu~", "wall"), default="cpu~")
+    p.add_argument("--measure", choices=MEASURES, default="cpu~")
+    p.add_argument("--runs", nargs=2, type=Path, metavar=("REF_DIR", "RUN_DIR"),
+                   help="two finished run directories instead of a target's metadata")
     args = p.parse_args(argv)
-    path = metadata_path(generated_dir(args.scale), args.target)
-    records = [json.loads(x) for x in Path(path).read_text().splitlines() if x.strip()]
-    gaps = stage_gaps(records, args.method, args.baseline, args.measure)
-    print(report(gaps, args.method, args.baseline, args.measure))
+    if args.runs:
+        method, baseline = "run", "reference"
+        records = run_records(*args.runs)
+    elif args.target:
+        method, baseline = args.method, args.baseline
+        path = metadata_path(generated_dir(args.scale), args.target)
+        records = [json.loads(x) for x in Path(path).read_text().splitlines() if x.strip()]
+    else:
+        p.error("name a target or give --runs REF_DIR RUN_DIR")
+    print(report(stage_gaps(records, method, baseline, args.measure), method, baseline, args.measure))
     return 0
 
 

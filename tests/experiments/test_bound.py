@@ -167,3 +167,33 @@ def test_the_stage_report_reads_the_committed_table1_metadata(capsys):
     assert main(["table1", "--method", "fastrl"]) == 0
     out = capsys.readouterr().out
     assert out.count("(fastrl vs grpo, seeds [1, 2, 3, 4, 5], cpu~ seconds)") == 4 and "update_actor" in out
+
+
+def test_the_update_call_table_groups_forwards_by_rows():
+    import importlib.util
+
+    from experiments.collect import REPO_ROOT
+
+    spec = importlib.util.spec_from_file_location("update_calls", REPO_ROOT / "bench" / "update_calls.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    calls = [{"kind": "forward rows=4 width=80", "cpu_s": 0.010}, {"kind": "forward rows=4 width=90", "cpu_s": 0.012},
+             {"kind": "optimizer_step", "cpu_s": 0.004}]
+    lines = mod.table(calls).splitlines()
+    assert lines[0].split() == ["forward", "rows=4", "calls", "2", "total", "0.022", "s", "per", "call", "11.00", "ms"]
+    assert lines[1].startswith("optimizer_step") and "4.00 ms" in lines[1]
+
+
+def test_the_stage_report_of_two_run_directories_in_cpu_seconds(tmp_path, capsys):
+    from experiments.bound import main
+
+    ref = write_run(tmp_path / "grpo", step_times=[2.0, 2.0], cpu_per_wall=0.5)
+    run = write_run(tmp_path / "fastrl", step_times=[1.0, 1.0], kept_fraction=[0.25, 0.25], cpu_per_wall=1.0)
+    assert main(["--runs", str(ref), str(run), "--measure", "cpu"]) == 0
+    out = capsys.readouterr().out
+    # GRPO's 2 CPU s: gen 1.2, update 0.6, rest 0.2 -> share 1.2 + 0.15 + 0.2; FastRL measured 2 CPU s
+    assert "measured 2.0, bound 1.6, efficiency 0.78" in out
+    with pytest.raises(ValueError, match="cpu~"):
+        from experiments.bound import stage_gaps
+        stage_gaps([_record("grpo", 1, {"step": 1.0}, 1.0, 1.0, 1.0), _record("fastrl", 1, {"step": 1.0}, 1.0, 1.0, 1.0)],
+                   "fastrl", measure="cpu")

@@ -16,6 +16,8 @@ def test_demo_writes_the_summary(tmp_path):
             assert key in m
         assert m["steps"] == 2 and m["tokens_trained"] <= m["tokens_generated"]
     assert "speedup vs GRPO" in (tmp_path / "summary.md").read_text()
+    fastrl = summary["methods"]["fastrl"]  # its time against GRPO's per token (fastrl.training.token_bound)
+    assert fastrl["bound_s"] > 0 and fastrl["bound_efficiency"] == fastrl["bound_s"] / fastrl["wall_s"]
 
 
 def test_accuracy_at_takes_the_last_point_within_budget():
