@@ -1,4 +1,4 @@
-"""Where a method's time goes beyond its token bound, stage by stage, from committed run metadata.
+"""Where a method's time goes beyond its token bound, stage by stage, from run metadata or run directories.
 
     python -m experiments.bound table1 --method fastrl [--scale mini] [--measure cpu~|cpu|wall]
     python -m experiments.bound --runs GRPO_RUN_DIR FASTRL_RUN_DIR --measure cpu
@@ -6,7 +6,7 @@
 For every setting of the target, averaged over the seeds both the method and the baseline
 finished: each stage's measured wall-clock seconds beside its token share (the baseline's same-seed
 stage seconds scaled as in ``fastrl.training.token_bound``), the excess, and the efficiency (bound /
-measured, a ratio of the seed means), in one of two measures (``--measure``):
+measured, a ratio of the seed means), in one of three measures (``--measure``):
 
 - ``wall``: wall-clock seconds (the table's ``bound_efficiency`` is the mean of its per-seed ratios);
 - ``cpu``: CPU seconds per stage (``cpu_s/<stage>``), where the runs logged them (run directories;
@@ -26,9 +26,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from experiments.collect import generated_dir
-from fastrl.training.token_bound import GENERATED_STAGES, TRAINED_STAGES
 from experiments.export import metadata_path
 from experiments.logs import summarize
+from fastrl.training.token_bound import GENERATED_STAGES, TRAINED_STAGES
 
 TIMED = (*GENERATED_STAGES, *TRAINED_STAGES)
 MEASURES = ("cpu~", "cpu", "wall")

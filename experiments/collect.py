@@ -71,7 +71,6 @@ UNITS: dict[str, str] = {
 }
 
 
-
 def unit_of(metric: str) -> str:
     if metric in UNITS:
         return UNITS[metric]
