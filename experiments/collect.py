@@ -12,7 +12,10 @@ Every output row is one (source, method, dataset, model, metric) cell in long fo
 - paired rows (``source = measured``; ``paired_rows``): per seed, the method against the baseline
   trained with the same seed -- ``d_<metric>_vs_<ref>`` (method − ref, in points) and
   ``speedup_vs_<ref>_ci95`` (ref time / method time) -- with a 95 % Student-t interval in
-  ``ci95_low`` / ``ci95_high`` ("n/a" with fewer than 2 paired seeds; see experiments.stats).
+  ``ci95_low`` / ``ci95_high`` ("n/a" with fewer than 2 paired seeds; see experiments.stats);
+- the token bound (``bound_rows``): ``bound_s``, what the method would take if every stage of the
+  baseline's same-seed run scaled with the tokens it processes, and ``bound_efficiency`` =
+  bound_s / measured time with its paired interval (1 = as fast as its token counts allow).
 
 The markdown pivots the same rows into one table per target, paper and measured rows side by
 side; a cell the paper does not give is "—" and the legend says so.
@@ -31,6 +34,7 @@ import numpy as np
 from experiments.logs import RunSummary, is_finished, summarize
 from experiments.spec import SCALES, RunSpec
 from experiments.stats import NA, paired_values, t_interval
+from fastrl.training.token_bound import GENERATED_STAGES, TRAINED_STAGES, token_bound
 
 if TYPE_CHECKING:
     from experiments.export import RunRecords
@@ -63,6 +67,7 @@ UNITS: dict[str, str] = {
     "tokens_generated": "tokens", "tokens_trained": "tokens", "avg_acc_gain": "%",
     "avg_acc_delta_vs_fastrl": "%", "step_time_s": "s", "avg_at_16": "%", "pass_at_16": "%",
     "avg_at_16_gain_vs_grpo": "points", "peak_acc": "%", "final_acc": "%",
+    "bound_s": "s", "bound_cpu_s": "s", "bound_efficiency": "ratio", "bound_cpu_efficiency": "ratio",
 }
 
 
@@ -196,6 +201,38 @@ def run_metrics(s: RunSummary) -> dict[str, float]:
     return m
 
 
+def bound_rows(target: str, cell: Cell, ref_cell: Cell, *, ref: str) -> list[Row]:
+    """``bound_s`` (mean ± std) and ``bound_efficiency`` = bound_s / training time (mean [95 %
+    t-interval]) of ``cell`` against the same-seed runs of ``ref_cell`` (``token_bound`` of the
+    reference's stage times, fastrl.training.token_bound); the ``_cpu`` pair from CPU seconds
+    where both runs logged them per stage (``cpu_s/<stage>``)."""
+    rows: list[Row] = []
+    common = sorted(set(cell.summaries) & set(ref_cell.summaries))
+    measures = (("timing", "train_time_s", "bound_s", "bound_efficiency", "wall-clock seconds"),
+                ("cpu", "train_cpu_s", "bound_cpu_s", "bound_cpu_efficiency", "CPU seconds"))
+    for stages_attr, total_attr, bound_name, eff_name, what in measures:
+        bounds: dict[int, float] = {}
+        eff: dict[int, float] = {}
+        for k in common:
+            mine, theirs = cell.summaries[k], ref_cell.summaries[k]
+            stages = getattr(theirs, stages_attr)
+            if "step" not in stages or not getattr(mine, stages_attr):
+                continue
+            bounds[k] = token_bound(stages, (theirs.tokens_generated, theirs.tokens_trained),
+                                    (mine.tokens_generated, mine.tokens_trained))
+            eff[k] = bounds[k] / float(getattr(mine, total_attr))
+        if not bounds:
+            continue
+        note = (f"{ref}'s {what} per stage, scaled by this run's tokens generated ({', '.join(GENERATED_STAGES)}) "
+                f"and trained ({', '.join(TRAINED_STAGES)}), paired by seed")
+        rows.append(measured_row(target, cell, bound_name, bounds, note=note,
+                                 missing="not paired (this run or the reference's did not finish)"))
+        rows.append(_interval_row(target, cell, eff_name, eff,
+                                  note=f"{bound_name} / this run's {what} per seed, seeds {sorted(eff)}; "
+                                       f"mean [95 % t-interval, df = {len(eff) - 1}]; 1 = at the token bound"))
+    return rows
+
+
 def measured_row(target: str, cell: Cell, metric: str, values: dict[int, float], note: str = "",
                missing: str = "not finished") -> Row:
     """A measured row: mean ± std of ``values`` over seeds; seeds of the cell without a value are
@@ -259,6 +296,8 @@ def grid_rows(
                 ratios = {k: base[k].train_time_s / cell.summaries[k].train_time_s for k in common}
                 rows.append(measured_row(target, cell, f"speedup_vs_{baseline}", ratios,
                                       note=f"{baseline} time / this time, paired by seed"))
+                if variant != baseline:
+                    rows += bound_rows(target, cell, cells[(ds, md, baseline)], ref=baseline)
         for ref in refs:
             if ref == variant or (ds, md, ref) not in cells or not cells[(ds, md, ref)].summaries:
                 continue
@@ -366,14 +405,14 @@ def fmt_interval(value: Any, low: Any, high: Any, unit: str = "") -> str:
     (speedups); ``[n/a]`` when there is no interval (fewer than 2 paired seeds)."""
     if value is None or value == "":
         return MISSING
-    ratio = unit == "x"
+    ratio = unit in ("x", "ratio")
     digits, sign = (2, False) if ratio else (1, True)
     s = _signed(float(value), digits, sign)
     if low in (None, "", NA) or high in (None, "", NA):
         s += f" [{NA}]"
     else:
         s += f" [{_signed(float(low), digits, sign)}, {_signed(float(high), digits, sign)}]"
-    return s + ("x" if ratio else "")
+    return s + ("x" if unit == "x" else "")
 
 
 def cell_text(r: Row) -> str:
@@ -389,6 +428,12 @@ PAIRED_LEGEND = (
     "ref training time / method training time [95 % t-interval]; n/a: fewer than 2 paired seeds. "
     "A claim is *supported* only where the interval excludes 0 (1 for a speedup) in the paper's direction "
     "(`experiments.stats.verdict`).")
+BOUND_LEGEND = (
+    "`bound_s`: the method's training time if every stage of the baseline's same-seed run scaled with the tokens "
+    "it processes (generation, reward, advantages and pruning with the tokens generated; log-prob passes, update "
+    "and weight sync with the tokens trained; the untimed rest as it is), mean ± std over seeds; "
+    "`bound_efficiency` = bound_s / measured training time per seed, mean [95 % t-interval]: 1 = as fast as the "
+    "token counts allow (`bound_cpu_*`: the same in CPU seconds, where the runs logged them per stage).")
 
 
 def markdown(title: str, rows: Sequence[Row], metrics: Sequence[str], *, preamble: str = "") -> str:
@@ -405,7 +450,7 @@ def markdown(title: str, rows: Sequence[Row], metrics: Sequence[str], *, preambl
     order = {"paper": 0, "measured": 1}
     keys.sort(key=lambda k: (k[0], k[1], k[2], order[k[3]]))
     units = {m: next((c[m].unit for c in cells.values() if m in c), "") for m in shown}
-    head = ["dataset", "model", "method", "source", *[f"{m} ({units[m]})" if units[m] not in ("", "x") else m
+    head = ["dataset", "model", "method", "source", *[f"{m} ({units[m]})" if units[m] not in ("", "x", "ratio") else m
                                                      for m in shown]]
     lines = [f"# {title}", ""]
     if preamble:
@@ -420,6 +465,8 @@ def markdown(title: str, rows: Sequence[Row], metrics: Sequence[str], *, preambl
               "or not finished). Measured cells are mean ± sample std over seeds.", ""]
     if any(r.ci95_low is not None for r in rows if r.metric in shown):
         lines += [PAIRED_LEGEND, ""]
+    if any(m.startswith("bound_") for m in shown):
+        lines += [BOUND_LEGEND, ""]
     if measured:
         scales = sorted({r.scale for r in measured})
         # rows carry their seeds as "1 2 3"; list the union, not each row's string

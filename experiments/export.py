@@ -57,7 +57,7 @@ def run_record(spec: RunSpec, commit: str) -> dict[str, Any]:
         "summary": {"steps": s.steps, "train_time_s": s.train_time_s, "acc_before": s.acc_before,
                     "acc_after": s.acc_after, "ood": s.ood, "tokens_generated": s.tokens_generated,
                     "tokens_trained": s.tokens_trained, "kept_fraction": s.kept_fraction, "mean_n": s.mean_n,
-                    "timing_s": s.timing, "train_cpu_s": s.train_cpu_s},
+                    "timing_s": s.timing, "train_cpu_s": s.train_cpu_s, "cpu_s": s.cpu},
         "validation": [{k: _round(v) for k, v in r.items() if "accuracy" in k or k in (K.STEP, K.PHASE)} for r in val],
         "steps": [{k: _round(r[k]) for k in STEP_KEYS if k in r} for r in train_rows(rows)],
     }
@@ -110,6 +110,7 @@ def summary_from_record(record: dict[str, Any]) -> RunSummary:
         tokens_trained=float(s["tokens_trained"]), kept_fraction=float(s["kept_fraction"]), mean_n=float(s["mean_n"]),
         timing={k: float(v) for k, v in (s.get("timing_s") or {}).items()},
         train_cpu_s=float(s.get("train_cpu_s", "nan")),
+        cpu={k: float(v) for k, v in (s.get("cpu_s") or {}).items()},  # absent in records written before it
         spec={"identity": record.get("identity"), "command": record.get("command"),
               "code_commit": record.get("trained_at_commit")},
     )

@@ -103,19 +103,24 @@ def collect_grid(
 
 
 def paired_order(rows: Sequence[C.Row], already: Sequence[str] = (), first: str | None = None) -> list[str]:
-    """The paired metrics present in ``rows``, per reference (in the order the rows name them, the
-    baseline first): ``d_*`` in PAIRED_METRICS order (renamed ones after), then the speedup interval."""
-    paired = [r.metric for r in rows if r.ci95_low is not None]
-    present = set(paired) - set(already)
+    """The paired metrics present in ``rows`` and not in ``already``, per reference (in the order the
+    rows name them, the baseline first): ``d_*`` in PAIRED_METRICS order (renamed ones after), then
+    the speedup interval; paired metrics named after no reference (``bound_efficiency``) last."""
+    paired = [r.metric for r in rows if r.ci95_low is not None and r.metric not in already]
+    present = set(paired)
     rank = {m: i for i, m in enumerate(C.PAIRED_METRICS)}
     refs: dict[str, int] = {first: 0} if first else {}
     split: dict[str, tuple[str, str]] = {}
     for m in paired:
-        base, ref = (m[2:].rsplit("_vs_", 1) if m.startswith("d_") else (m, m[: -len("_ci95")].rsplit("_vs_", 1)[1]))
-        split[m] = (base, ref)
-        refs.setdefault(ref, len(refs))
+        named = m[2:] if m.startswith("d_") else m[: -len("_ci95")] if m.endswith("_ci95") else ""
+        if "_vs_" not in named:
+            continue
+        split[m] = tuple(named.rsplit("_vs_", 1))  # type: ignore[assignment]
+        refs.setdefault(split[m][1], len(refs))
 
     def key(m: str) -> tuple[int, int, int, str]:
+        if m not in split:
+            return (len(refs), 2, 0, m)
         base, ref = split[m]
         if m.startswith("d_"):
             return (refs[ref], 0, rank.get(base, len(rank)), base)

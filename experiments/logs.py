@@ -64,6 +64,7 @@ class RunSummary:
     # sum of cpu_s/step (this process's CPU seconds; NaN for runs logged before it existed): the
     # speedup measure that the neighbours of a shared machine do not move
     train_cpu_s: float = float("nan")
+    cpu: dict[str, float] = field(default_factory=dict)  # stage -> total CPU seconds (cpu_s/<stage>)
 
     @property
     def avg_acc(self) -> float:
@@ -108,6 +109,7 @@ def summarize(run_dir: Path) -> RunSummary:
     # paper scale: out-of-domain benchmarks are evaluated by `fastrl eval` into <run>/eval/<name>/
     ood.update({b: m["accuracy"] for b, m in eval_results(run_dir).items() if "accuracy" in m})
     timing = {k.removeprefix(K.TIMING_PREFIX): total(k) for k in (steps[0] if steps else {}) if k.startswith(K.TIMING_PREFIX)}
+    cpu = {k.removeprefix(K.CPU_PREFIX): total(k) for k in (steps[0] if steps else {}) if k.startswith(K.CPU_PREFIX)}
     generated = total(K.ROLLOUT_NUM_RESPONSES)
     return RunSummary(
         run_dir=run_dir,
@@ -121,6 +123,7 @@ def summarize(run_dir: Path) -> RunSummary:
         kept_fraction=total(K.PRUNE_KEPT) / generated if generated else float("nan"),
         mean_n=float(np.mean([float(r[K.ROLLOUT_N]) for r in steps])) if steps else float("nan"),
         timing=timing,
+        cpu=cpu,
         spec=read_spec(run_dir),
         train_cpu_s=total(K.STEP_CPU) if steps and K.STEP_CPU in steps[0] else float("nan"),
     )

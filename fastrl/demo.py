@@ -24,6 +24,7 @@ from typing import Any, Sequence
 
 from fastrl import metric_keys as K
 from fastrl.training.metrics import STAGES, read_metrics
+from fastrl.training.token_bound import token_bound
 
 # arm -> (method file, its overrides)
 DEMO_ARMS: dict[str, tuple[str, tuple[str, ...]]] = {
@@ -68,6 +69,17 @@ def summarize_run(run_dir: Path, fit_summary: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def add_token_bounds(methods: dict[str, dict[str, Any]], ref: str = "grpo") -> None:
+    """``bound_s`` (the run's time at ``ref``'s speed per token, fastrl.training.token_bound) and
+    ``bound_efficiency`` = bound_s / wall_s, for every method but ``ref``."""
+    base = methods[ref]
+    for name, m in methods.items():
+        if name != ref:
+            m["bound_s"] = token_bound(base["timing_s"], (base["tokens_generated"], base["tokens_trained"]),
+                                       (m["tokens_generated"], m["tokens_trained"]))
+            m["bound_efficiency"] = m["bound_s"] / m["wall_s"]
+
+
 def format_table(methods: dict[str, dict[str, Any]]) -> str:
     names = list(methods)
     lines = ["| | " + " | ".join(names) + " |", "|---|" + "---|" * len(names)]
@@ -91,6 +103,7 @@ def format_table(methods: dict[str, dict[str, Any]]) -> str:
         row("speedup vs GRPO (wall-clock)", lambda m: f"{base / max(m['wall_s'], 1e-9):.2f}x")
         base_cpu = methods["grpo"].get("cpu_s", float("nan"))
         row("speedup vs GRPO (CPU seconds)", lambda m: f"{base_cpu / max(m.get('cpu_s', float('nan')), 1e-9):.2f}x")
+        row("token-bound efficiency (GRPO's time per token / this)", lambda m: f"{m.get('bound_efficiency', 1.0):.2f}")
     if "grpo" in methods and "fastrl" in methods:
         budget = methods["fastrl"]["wall_s"]
         row("val accuracy (n = 1) at FastRL's total wall-clock", lambda m: f"{accuracy_at(m['val_curve'], budget):.3f}")
@@ -148,6 +161,7 @@ def run_demo(out_dir: Path, *, scale: str = "mini", overrides: Sequence[str] = (
         fit = train(config, [f"trainer.val_every={DEMO_VAL_EVERY}", *DEMO_VALIDATION, *arm_overrides, *overrides,
                              f"trainer.run_dir={run_dir}"], scale, force_new=True)
         methods[name] = summarize_run(run_dir, fit)
+    add_token_bounds(methods)
     summary = {"scale": scale, "overrides": list(overrides), "total_s": time.perf_counter() - start, "methods": methods}
     (out_dir / "summary.json").write_text(json.dumps(summary, indent=2))
     table = format_table(methods)

@@ -2,9 +2,10 @@
 
 Per run: mean step time, training time, peak and final validation accuracy, tokens generated and
 trained, policy entropy (first / last / max over steps), and against GRPO at the same lag (paired
-by seed): the training-time speedup and the wall-clock speedup *to GRPO's peak accuracy* (GRPO's
+by seed): the training-time speedup, the wall-clock speedup *to GRPO's peak accuracy* (GRPO's
 time to its own peak / this method's first time at or above that accuracy; empty when it never
-gets there) -- the paper's "2.9x at comparable peak accuracy".
+gets there) -- the paper's "2.9x at comparable peak accuracy" -- and the token bound
+(``collect.bound_rows``: bound_s, bound_efficiency).
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from fastrl import metric_keys as K
 TARGET = "lag"
 METRICS = ("step_time_s", "train_time_s", "peak_acc", "final_acc", "speedup_vs_grpo", "speedup_to_grpo_peak",
            "tokens_generated", "tokens_trained", "entropy_first", "entropy_last", "entropy_max", "train_time_h",
-           "steps", "updates_per_step")
+           "steps", "updates_per_step", "bound_s", "bound_efficiency", "bound_cpu_s", "bound_cpu_efficiency")
 
 
 def specs(ctx: Context) -> list[RunSpec]:
@@ -83,6 +84,7 @@ def collect(ctx: Context) -> list[Path]:
         speed = {k: base.summaries[k].train_time_s / cell.summaries[k].train_time_s for k in common}
         if speed:
             measured.append(C.measured_row(TARGET, cell, "speedup_vs_grpo", speed, note=f"{base_name} time / this time"))
+            measured += C.bound_rows(TARGET, cell, base, ref=base_name)
         to_peak: dict[int, float] = {}
         for k in common:
             b_rows = read_metrics(base.summaries[k].run_dir)

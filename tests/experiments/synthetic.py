@@ -3,6 +3,8 @@
 Each helper writes ``<run_dir>/metrics.jsonl`` with a "val" line at step 0, one line per training
 step with every key the collectors and notebooks read, optional validation every ``val_every``
 steps, and the final "val_final" line (so the run counts as finished unless ``finished=False``).
+Stage times: 60 % of each step in ``gen``, 30 % in ``update_actor``, the rest untimed; CPU seconds
+per stage (``cpu_s/*``) only with ``cpu_per_wall``.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ def write_run(
     prompts: int = 4,
     tokens_per_response: int = 10,
     finished: bool = True,
+    cpu_per_wall: float | None = None,
 ) -> Path:
     run_dir.mkdir(parents=True, exist_ok=True)
     steps = len(step_times)
@@ -52,6 +55,8 @@ def write_run(
         row[K.timing_key("gen")] = step_times[i] * 0.6
         row[K.timing_key("update_actor")] = step_times[i] * 0.3
         row[K.STEP_TIME] = float(step_times[i])
+        if cpu_per_wall is not None:  # cpu_s/<stage>: that fraction of each stage's wall-clock seconds
+            row.update({K.cpu_key(s): cpu_per_wall * row[K.timing_key(s)] for s in STAGES})
         if val and (i + 1) in val and (i + 1) < steps:
             row.update({K.VAL_ACCURACY: val[i + 1], K.VAL_REWARD: 0.5, K.VAL_NUM: 16.0})
         lines.append(row)

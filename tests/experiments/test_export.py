@@ -16,7 +16,7 @@ def test_export_writes_finished_runs_with_their_command_and_numbers(tmp_path):
     finished, unfinished = specs[:-1], specs[-1]
     for i, s in enumerate(finished):
         write_run(s.run_dir, step_times=[1.0 + i, 2.0], acc_before=0.2, acc_after=0.4, n=[8, 6],
-                  kept_fraction=[0.5, 0.75])
+                  kept_fraction=[0.5, 0.75], cpu_per_wall=0.5)
         (s.run_dir / SPEC_FILE).write_text(json.dumps({"identity": s.identity(), "command": f"train {s.variant}",
                                                        "run_wall_s": 3.5, "code_commit": "abc123"}))
     write_run(unfinished.run_dir, step_times=[1.0], finished=False)
@@ -31,6 +31,7 @@ def test_export_writes_finished_runs_with_their_command_and_numbers(tmp_path):
     assert first["command"] == f"train {finished[0].variant}" and first["trained_at_commit"] == "abc123"
     assert first["identity"] == finished[0].identity()
     assert first["summary"]["train_time_s"] == 3.0 and first["summary"]["acc_after"] == 0.4
+    assert first["summary"]["cpu_s"]["step"] == 1.5  # per-stage CPU seconds, for the CPU token bound
     assert [s[K.ROLLOUT_N] for s in first["steps"]] == [8, 6]
     assert first["collected_at_commit"] == "unknown"  # tmp_path is not a git checkout
 

@@ -22,6 +22,8 @@ def test_demo_writes_the_summary(tmp_path):
     assert final["val/samples_per_problem"] == 8.0 and final["val/num"] == 8.0
     text = (tmp_path / "summary.md").read_text()
     assert "speedup vs GRPO" in text and "fastrl_fixed_updates** trained" in text and "95 % interval" in text
+    fastrl = summary["methods"]["fastrl"]  # its time against GRPO's per token (fastrl.training.token_bound)
+    assert fastrl["bound_s"] > 0 and fastrl["bound_efficiency"] == fastrl["bound_s"] / fastrl["wall_s"]
 
 
 def test_accuracy_at_takes_the_last_point_within_budget():
