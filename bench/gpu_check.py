@@ -21,7 +21,7 @@ inside one overall budget:
   vs transformers, then new weights pushed with ``update_weights`` between a sleep and a wake-up
   (as in training; the GPU memory the sleep frees is reported) and the post-sync log-prob check.
   Skipped, with the reason, where ``vllm`` does not import.
-- ``demo``: ``fastrl demo`` (GRPO vs FastRL on mini-math) on the GPU, SFT warm start included.
+- ``demo``: ``fastrl demo`` (GRPO and FastRL's two update semantics on mini-math) on the GPU, SFT warm start included.
 
 Before anything runs, every package the sections import is checked. Missing ones are installed
 from a ``wheels/`` folder beside this repository when there is one (``make gpu-wheels`` builds it
@@ -61,7 +61,7 @@ DEFAULT_OUT = REPO / "runs" / "gpu-check"
 WHEELS = REPO / "wheels"
 SECTIONS: tuple[str, ...] = ("smoke_grpo", "smoke_fastrl", "paper_step", "vllm", "demo")
 BUDGET_S = 420.0  # all sections together; the import check and start-up come on top (< 8 min)
-TIMEOUT_S = {"smoke_grpo": 120, "smoke_fastrl": 120, "paper_step": 240, "vllm": 180, "demo": 300}
+TIMEOUT_S = {"smoke_grpo": 120, "smoke_fastrl": 120, "paper_step": 240, "vllm": 180, "demo": 480}
 DRY_TIMEOUT_S = 60
 # import name -> pip distribution, for everything the sections import (torch and transformers
 # cannot come from wheels/: they are the GPU box's own CUDA builds).
@@ -329,7 +329,7 @@ def section_demo(s: Settings) -> dict[str, Any]:
 
     out = s.out / "demo"
     shutil.rmtree(out, ignore_errors=True)
-    args = ["demo", "--out", str(out), *(["--scale", "smoke", "model.device=cpu"] if s.dry else [])]
+    args = ["demo", "--out", str(out), *(["--scale", "smoke", "model.device=cpu", "data.num_val=8"] if s.dry else [])]
     code = cli.main(args)
     result: dict[str, Any] = {"command": "python -m fastrl.cli " + " ".join(args), "peak_gpu_gib": _peak_gib()}
     if code != 0:
