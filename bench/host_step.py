@@ -7,7 +7,7 @@ each piece with the project's own functions on a synthetic batch of realistic bo
     gather     pickling this rank's generation results and unpickling every rank's
                (what ``dist.all_gather_object`` does with today's Python lists)
     reward     the paper's ``math`` reward (mathruler grading, time-boxed) over the responses a
-               rank scores: today every rank scores the whole gathered batch
+               rank scores (the whole gathered batch before; its own responses now)
     adv        GRPO advantages over the batch
     mdap       ``mdap_prune`` (tau 0.8, refill to 128)
     plan       ``plan_minibatches`` (fixed_minibatch, 128)
