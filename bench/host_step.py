@@ -7,7 +7,7 @@ each piece with the project's own functions on a synthetic batch of realistic bo
     gather     pickling this rank's generation results and unpickling every rank's
                (what ``dist.all_gather_object`` does with today's Python lists)
     reward     the paper's ``math`` reward (mathruler grading, time-boxed) over the responses a
-               rank scores: today every rank scores the whole gathered batch
+               rank scores (the whole gathered batch before; its own responses now)
     adv        GRPO advantages over the batch
     mdap       ``mdap_prune`` (tau 0.8, refill to 128)
     plan       ``plan_minibatches`` (fixed_minibatch, 128)
@@ -16,9 +16,10 @@ each piece with the project's own functions on a synthetic batch of realistic bo
 
 It runs two layouts in one process and reports both with their ratio:
 
-    today      every rank scores all responses; padding row by row
-    sharded    each rank scores its own responses (the gather then carries 3 floats per
-               response more, which is counted); padding in one vectorised call per micro-batch
+    rescore    before 2026-12-01: every rank re-scored the whole gathered batch; padding row by row
+    own        the trainer now: each rank scores its own responses and the gather carries their
+               scores (2 floats per response more, counted); padding in one vectorised call
+               (``update._pad``) per micro-batch
 
 Wall-clock and process CPU seconds are both reported (the machines here are shared).
 
@@ -51,6 +52,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from fastrl.algorithms.advantages import grpo_advantages  # noqa: E402
 from fastrl.algorithms.pruning import mdap_prune  # noqa: E402
 from fastrl.rewards import score_batch  # noqa: E402
+from fastrl.training import update  # noqa: E402
 from fastrl.training.update import micro_batches, plan_minibatches, shard  # noqa: E402
 
 ANSWERS = ["12", "3\\sqrt{2}", "\\frac{5}{2}", "60", "2\\pi", "7.5", "\\sqrt{13}", "144"]
@@ -99,8 +101,7 @@ def pad_rowwise(rows: Sequence[torch.Tensor], width: int) -> torch.Tensor:
 
 
 def pad_vectorised(rows: Sequence[torch.Tensor], width: int) -> torch.Tensor:
-    out = torch.nn.utils.rnn.pad_sequence(list(rows), batch_first=True)
-    return torch.nn.functional.pad(out, (0, width - out.shape[1]))
+    return update._pad(rows, width, torch.device("cpu"))  # the trainer's own
 
 
 def rank_stages(step: dict[str, Any], rank: int, world: int, sharded: bool) -> dict[str, tuple[float, float]]:
@@ -116,7 +117,7 @@ def rank_stages(step: dict[str, Any], rank: int, world: int, sharded: bool) -> d
 
     def part(r: int) -> list[tuple]:  # rank r's generation results, as the trainer gathers them
         return [(i, step["ids"][i], step["texts"][i], step["logprobs"][i], "stop")
-                + ((1.5, 1.0, 1.0) if sharded else ()) for i in range(r, total, world)]
+                + ((1.5, 1.0) if sharded else ()) for i in range(r, total, world)]
 
     others = [pickle.dumps(part(r)) for r in range(world) if r != rank]  # built by the other ranks
     own_part = part(rank)
@@ -153,7 +154,7 @@ def rank_stages(step: dict[str, Any], rank: int, world: int, sharded: bool) -> d
 
 def measure(step: dict[str, Any], world: int) -> dict[str, Any]:
     out: dict[str, Any] = {}
-    for layout, sharded in (("today", False), ("sharded", True)):
+    for layout, sharded in (("rescore", False), ("own", True)):
         stages = rank_stages(step, 0, world, sharded)
         out[layout] = {
             "stages_wall_s": {k: round(v[0], 4) for k, v in stages.items()},
@@ -161,7 +162,7 @@ def measure(step: dict[str, Any], world: int) -> dict[str, Any]:
             "total_wall_s": round(sum(v[0] for v in stages.values()), 4),
             "total_cpu_s": round(sum(v[1] for v in stages.values()), 4),
         }
-    out["ratio_cpu_today_over_sharded"] = round(out["today"]["total_cpu_s"] / max(out["sharded"]["total_cpu_s"], 1e-9), 3)
+    out["ratio_cpu_rescore_over_own"] = round(out["rescore"]["total_cpu_s"] / max(out["own"]["total_cpu_s"], 1e-9), 3)
     return out
 
 
@@ -195,12 +196,12 @@ def print_table(result: dict[str, Any]) -> None:
     print(f"host work of one step: {s['responses']} responses, {s['tokens']} tokens, vocab {s['vocab']}; "
           "seconds per rank (wall / CPU)")
     for world, r in result["worlds"].items():
-        names = list(r["today"]["stages_wall_s"])
+        names = list(r["rescore"]["stages_wall_s"])
         print(f"\n{world} rank(s)   " + "  ".join(f"{n:>13}" for n in names) + "          total")
-        for layout in ("today", "sharded"):
+        for layout in ("rescore", "own"):
             cells = "  ".join(f"{r[layout]['stages_wall_s'][n]:6.2f}/{r[layout]['stages_cpu_s'][n]:<6.2f}" for n in names)
             print(f"  {layout:<9} {cells}  {r[layout]['total_wall_s']:6.2f}/{r[layout]['total_cpu_s']:.2f}")
-        print(f"  CPU ratio today / sharded: {r['ratio_cpu_today_over_sharded']:.2f}x")
+        print(f"  CPU ratio rescore / own: {r['ratio_cpu_rescore_over_own']:.2f}x")
 
 
 if __name__ == "__main__":

@@ -207,10 +207,12 @@ class Trainer:
         with timer.stage("gen"):
             # Every rank calls the engine, even with no prompts: hf under ZeRO-3 runs collectives.
             responses: list[Response] = self.policy.engine.generate(prompts, ns, sampling)
-        local = [
-            (mine[r.prompt_index], r.response_ids, r.text, r.logprobs, r.finish_reason) for r in responses
-        ]
-        gathered = [item for part in dist.all_gather_object(local) for item in part]
+        with timer.stage("reward"):  # each rank scores its own responses; only the scores travel
+            scores, stats = self.policy.score([r.text for r in responses], [records[mine[r.prompt_index]] for r in responses])
+        local = [(mine[r.prompt_index], r.response_ids, r.text, r.logprobs, r.finish_reason, s["overall"], s["accuracy"])
+                 for r, s in zip(responses, scores)]
+        parts = dist.all_gather_object((local, stats))
+        gathered = [item for part, _ in parts for item in part]
         gathered.sort(key=lambda item: item[0])  # prompt order, stable within a prompt
         batch = RolloutBatch(
             prompts=[full[records[g[0]].uid] for g in gathered],
@@ -221,15 +223,10 @@ class Trainer:
             finish_reasons=[g[4] for g in gathered],
             records=[records[g[0]] for g in gathered],
         )
-        with timer.stage("reward"):
-            self._score(batch)
+        batch.rewards = torch.tensor([g[5] for g in gathered], dtype=torch.float32)
+        batch.accuracies = torch.tensor([g[6] for g in gathered], dtype=torch.float32)
+        self._reward_stats = {k: float(sum(part_stats[k] for _, part_stats in parts)) for k in stats}
         return batch
-
-    def _score(self, batch: RolloutBatch) -> None:
-        scores, stats = self.policy.score(batch.texts, batch.records)
-        batch.rewards = torch.tensor([s["overall"] for s in scores], dtype=torch.float32)
-        batch.accuracies = torch.tensor([s["accuracy"] for s in scores], dtype=torch.float32)
-        self._reward_stats = stats
 
     def rollout_with_filter(self, timer: StageTimer) -> tuple[RolloutBatch, dict[str, float]]:
         """Select prompts, roll out, reward; with DAPO, regenerate until the batch is full."""

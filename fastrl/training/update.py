@@ -127,10 +127,8 @@ def compute_logprobs(
 def _pad(rows: Sequence[torch.Tensor], width: int, device: torch.device) -> torch.Tensor:
     """Right-pad per-response rows (any device) with zeros into one [len(rows), width] float32
     tensor on ``device``."""
-    out = torch.zeros(len(rows), width)
-    for r, t in enumerate(rows):
-        out[r, : t.numel()] = t.detach().float().cpu()
-    return out.to(device)
+    padded = torch.nn.utils.rnn.pad_sequence([t.detach().float().cpu() for t in rows], batch_first=True)
+    return torch.nn.functional.pad(padded, (0, width - padded.shape[1])).to(device)  # one vectorised call
 
 
 def _item(t: torch.Tensor | float) -> float:

@@ -19,7 +19,7 @@ def test_host_step_bench_times_every_stage_for_both_layouts(tmp_path, capsys):
     r = json.loads(out.read_text())
     assert r["shape"]["responses"] == 16 and set(r["worlds"]) == {"1", "2"}
     for world in r["worlds"].values():
-        for layout in ("today", "sharded"):
+        for layout in ("rescore", "own"):
             assert set(world[layout]["stages_cpu_s"]) == STAGES
             assert world[layout]["total_wall_s"] > 0
-    assert "CPU ratio today / sharded" in capsys.readouterr().out
+    assert "CPU ratio rescore / own" in capsys.readouterr().out
