@@ -15,8 +15,7 @@ from pylatexenc.latex2text import LatexNodes2Text
 
 from fastrl.rewards.bounded import MAX_DEPTH, bracket_depth, sympy_hazard
 
-_WHITESPACE_RUN = re.compile(r"\s+")
-_TAG_CHARS = frozenset("<>/")
+_TAG_SPLIT = re.compile(r"([<>/])")
 _BOXED = "\\boxed{"
 # Longer boxed answers are compared as stripped text only: mathruler's normalisation (pylatexenc,
 # comma stripping) is not linear, and no benchmark answer comes near this length.
@@ -26,15 +25,19 @@ MAX_GRADED_CHARS = 1_000
 def normalize_tags(response: str) -> str:
     """Drop whitespace around ``<``, ``>`` and ``/`` (as EasyR1 does), so ``< thinking >`` counts.
 
-    One pass over whitespace runs (``\\s*[<>/]\\s*`` re-scans a run from each of its positions:
-    quadratic, 16 s on 16 k spaces); a run is dropped when a tag character touches it."""
-
-    def drop_if_touching_tag(m: re.Match[str]) -> str:
-        start, end = m.span()
-        touches = (start > 0 and response[start - 1] in _TAG_CHARS) or (end < len(response) and response[end] in _TAG_CHARS)
-        return "" if touches else m.group(0)
-
-    return _WHITESPACE_RUN.sub(drop_if_touching_tag, response)
+    Split at the tag characters and strip the pieces' touching sides: linear, and in C (the regex
+    ``\\s*[<>/]\\s*`` re-scans a whitespace run from each of its positions: 16 s on 16 k spaces;
+    a Python callback per whitespace run made every normal response 2 ms slower)."""
+    pieces = _TAG_SPLIT.split(response)  # text, tag char, text, tag char, ..., text
+    last = len(pieces) - 1
+    for i in range(0, last + 1, 2):
+        text = pieces[i]
+        if i > 0:
+            text = text.lstrip()
+        if i < last:
+            text = text.rstrip()
+        pieces[i] = text
+    return "".join(pieces)
 
 
 def format_ok(response: str, tag: str) -> bool:
