@@ -102,6 +102,9 @@ def summarize(run_dir: Path) -> RunSummary:
     if not rows or rows[-1].get(K.PHASE) != K.PHASE_VAL_FINAL:
         raise ValueError(f"{run_dir}/metrics.jsonl: run not finished (no final 'val_final' line)")
     final = rows[-1]
+    if K.VAL_ACCURACY not in final:
+        raise ValueError(f"{run_dir}: the run had no validation set (no val/* metrics), so it has no accuracy to "
+                         "tabulate; give it data.val_files (or data.num_val > 0)")
     steps = train_rows(rows)
     before = [r for r in rows if r.get(K.PHASE) == K.PHASE_VAL and K.VAL_ACCURACY_BEFORE in r]
     total = lambda key: float(sum(float(r.get(key, 0.0)) for r in steps))  # noqa: E731

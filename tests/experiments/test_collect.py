@@ -246,3 +246,16 @@ def test_table2_is_paired_against_grpo_and_fastrl(tmp_path):
     assert math.isclose(float(by(rows, **f, metric="d_in_domain_acc_vs_grpo")["value"]), 4.0)
     # the speedup interval only against the table's baseline
     assert by(rows, **f, metric="speedup_vs_grpo_ci95") and not [r for r in rows if r["metric"] == "speedup_vs_fastrl_ci95"]
+
+
+def test_a_run_without_validation_is_named_not_a_key_error(tmp_path):
+    import json
+
+    import pytest
+
+    from experiments.logs import summarize
+
+    (tmp_path / "metrics.jsonl").write_text(json.dumps({"step": 1, "timing_s/step": 1.0}) + "\n"
+                                            + json.dumps({"step": 1, "phase": "val_final"}) + "\n")
+    with pytest.raises(ValueError, match="no validation set"):
+        summarize(tmp_path)
