@@ -5,8 +5,8 @@ different choice of prompt selector, group filter, pruner, rollout scaler and po
 Each stage is a short method timed under its stable name.
 
 Data parallelism: every rank holds the same prompt stream and the same components (seeded
-identically). Rank r generates for prompts ``r::world``; responses, rewards and engine log-probs
-are all-gathered, so advantages, pruning, ARS and GRESO are computed on the global batch and are
+identically). Rank r generates for prompts ``r::world`` and scores its own responses; responses,
+their rewards and engine log-probs are all-gathered, so advantages, pruning, ARS and GRESO are computed on the global batch and are
 identical on every rank. Only the log-prob passes and the update are sharded (fastrl.training.update).
 """
 
@@ -191,7 +191,8 @@ class Trainer:
         return chosen, drawn
 
     def generate(self, records: list[Record], timer: StageTimer) -> RolloutBatch:
-        """Rollout for the given prompts (sharded over ranks), then all-gathered, then rewarded."""
+        """Rollout for the given prompts (sharded over ranks), each rank rewarding its own responses,
+        then all-gathered with their rewards."""
         rank, world = dist.rank(), dist.world_size()
         mine = list(range(rank, len(records), world))
         full = self.materialize(records)  # this batch's pixel values, released with the batch
