@@ -35,7 +35,9 @@ def fixed_batch(trainer: Trainer, n: int) -> RolloutBatch:
             recs.append(rec)
     batch = RolloutBatch(prompts=prompts, uids=uids, response_ids=ids, texts=texts,
                          engine_logprobs=[[0.0] * len(r) for r in ids], finish_reasons=["stop"] * len(ids), records=recs)
-    trainer._score(batch)
+    scores, _ = trainer.policy.score(batch.texts, batch.records)
+    batch.rewards = torch.tensor([s["overall"] for s in scores], dtype=torch.float32)
+    batch.accuracies = torch.tensor([s["accuracy"] for s in scores], dtype=torch.float32)
     return batch
 
 
