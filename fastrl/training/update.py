@@ -98,37 +98,52 @@ def micro_batches(indices: Sequence[int], size: int) -> list[list[int]]:
     return [list(indices[i : i + size]) for i in range(0, len(indices), size)]
 
 
-def _batch_tensors(batch: RolloutBatch, idx: Sequence[int], pad_id: int) -> dict:
-    return collate([batch.prompts[i] for i in idx], [batch.response_ids[i] for i in idx], pad_id)
+@dataclass(frozen=True)
+class RankPlan:
+    """This rank's part of the global mini-batch plan.
+
+    ``rows``: its positions in the kept batch, ascending (the order of its log-prob passes: the
+    caller selects them, ``kept.select(rows)``); ``minibatches``: per optimizer step, its shard
+    ``members[rank::world]`` as positions into ``rows``, in shard order; ``global_sizes``: each
+    mini-batch's trajectories over all ranks (the loss's sequence count)."""
+
+    rows: list[int]
+    minibatches: list[list[int]]
+    global_sizes: list[int]
+
+
+def rank_plan(minibatches: Sequence[Sequence[int]], rank: int, world: int) -> RankPlan:
+    shards = [shard(members, rank, world) for members in minibatches]
+    rows = sorted(i for s in shards for i in s)
+    position = {row: j for j, row in enumerate(rows)}
+    return RankPlan(rows, [[position[i] for i in s] for s in shards], [len(m) for m in minibatches])
+
+
+def _batch_tensors(batch: RolloutBatch, rows: Sequence[int], pad_id: int) -> dict:
+    """The collated forward inputs of ``rows`` (pixel values built for these rows only)."""
+    return collate(batch.prompts.inputs(rows), batch.response_ids_of(rows), pad_id)
 
 
 @torch.no_grad()
 def compute_logprobs(
     model: torch.nn.Module,
     batch: RolloutBatch,
-    indices: Sequence[int],
     *,
     micro_batch_size: int,
     pad_id: int,
-) -> dict[int, torch.Tensor]:
-    """Per-token log-probs of the given responses: {index: Tensor[len(response)]}."""
+) -> torch.Tensor:
+    """Per-token log-probs of every response of ``batch``, in micro-batches of consecutive rows:
+    a [N, R] float32 CPU column (0 off the response mask)."""
     was_training = model.training
     model.eval()
-    out: dict[int, torch.Tensor] = {}
-    for mb in micro_batches(indices, micro_batch_size):
+    out = torch.zeros((len(batch), batch.width), dtype=torch.float32)
+    for mb in micro_batches(range(len(batch)), micro_batch_size):
         tensors = _batch_tensors(batch, mb, pad_id)
         logp = response_logprobs(model, tensors).float().cpu()  # one device->host copy per micro-batch
-        for row, i in enumerate(mb):
-            out[i] = logp[row, : len(batch.response_ids[i])]
+        on_response = tensors["response_mask"].bool()
+        out[mb[0] : mb[-1] + 1, : logp.shape[1]] = torch.where(on_response, logp, 0.0)
     model.train(was_training)
     return out
-
-
-def _pad(rows: Sequence[torch.Tensor], width: int, device: torch.device) -> torch.Tensor:
-    """Right-pad per-response rows (any device) with zeros into one [len(rows), width] float32
-    tensor on ``device``."""
-    padded = torch.nn.utils.rnn.pad_sequence([t.detach().float().cpu() for t in rows], batch_first=True)
-    return torch.nn.functional.pad(padded, (0, width - padded.shape[1])).to(device)  # one vectorised call
 
 
 def _item(t: torch.Tensor | float) -> float:
@@ -141,18 +156,19 @@ def loss_inputs(
     batch: RolloutBatch,
     mb: Sequence[int],
     tensors: dict,
-    old_logprobs: dict[int, torch.Tensor],
-    ref_logprobs: dict[int, torch.Tensor] | None,
     *,
+    with_ref: bool,
     width: int,
     device: torch.device,
 ) -> dict[str, torch.Tensor | None]:
     """Old/ref log-probs [b, width], advantages [b] and response mask [b, width] of micro-batch
-    ``mb``, all float32 on ``device`` (the device of the policy's log-probs)."""
+    ``mb``: slices of the batch's padded columns (no padding here), float32 on ``device`` (the
+    device of the policy's log-probs)."""
+    idx = torch.as_tensor(list(mb), dtype=torch.long)
     return {
-        "old": _pad([old_logprobs[i] for i in mb], width, device),
-        "ref": None if ref_logprobs is None else _pad([ref_logprobs[i] for i in mb], width, device),
-        "adv": batch.advantages[list(mb)].float().to(device),
+        "old": batch.old_logprobs[idx, :width].to(device),
+        "ref": batch.ref_logprobs[idx, :width].to(device) if with_ref else None,
+        "adv": batch.advantages[idx].float().to(device),
         "mask": tensors["response_mask"].float().to(device),
     }
 
@@ -160,38 +176,36 @@ def loss_inputs(
 def update_policy(
     actor,
     batch: RolloutBatch,
-    minibatches: Sequence[Sequence[int]],
-    old_logprobs: dict[int, torch.Tensor],
-    ref_logprobs: dict[int, torch.Tensor] | None,
+    plan: RankPlan,
     *,
     settings: LossSettings,
     micro_batch_size: int,
     pad_id: int,
     check_finite: Callable[[torch.Tensor, str], None],
 ) -> dict[str, float]:
-    """One optimizer step per mini-batch; returns step-averaged metrics.
+    """One optimizer step per mini-batch of ``plan``; returns step-averaged metrics.
+
+    ``batch`` holds this rank's rows (``plan.rows`` of the kept batch) with their old (and, for a
+    KL term, reference) log-prob columns.
 
     ``actor/pg_loss``, ``actor/kl_loss`` and ``actor/loss`` are the mini-batch losses (the shares of
     all micro-batches on all ranks summed), averaged over the step's mini-batches; the other
     ``actor/*`` metrics are averages over this rank's micro-batches.
     """
-    rank, world = dist.rank(), dist.world_size()
     policy_loss_fn = registry.get(registry.POLICY_LOSSES, settings.kind)
     sums: dict[str, float] = {}  # per micro-batch metrics
     step_sums: dict[str, float] = {}  # per optimizer-step metrics (grad norm, lr, losses)
     count = 0
-    for mb_index, members in enumerate(minibatches):
-        local = shard(members, rank, world)
-        lengths = torch.tensor([len(batch.response_ids[i]) for i in local], dtype=torch.float64)
+    use_ref = batch.ref_logprobs is not None and settings.kl_coef > 0
+    for mb_index, (local, global_size) in enumerate(zip(plan.minibatches, plan.global_sizes)):
+        lengths = batch.response_lengths[torch.as_tensor(local, dtype=torch.long)].to(torch.float64)
         global_tokens = float(dist.all_reduce_sum(lengths.sum()))
-        global_seqs = float(len(members))
+        global_seqs = float(global_size)
         shares = torch.zeros(3, dtype=torch.float64)  # pg, kl, total: this rank's shares
         for mb in micro_batches(local, micro_batch_size):
             tensors = _batch_tensors(batch, mb, pad_id)
             logp, entropy = response_logprobs(actor.module, tensors, with_entropy=True)
-            use_ref = ref_logprobs is not None and settings.kl_coef > 0
-            inputs = loss_inputs(batch, mb, tensors, old_logprobs, ref_logprobs if use_ref else None,
-                                 width=logp.shape[1], device=logp.device)
+            inputs = loss_inputs(batch, mb, tensors, with_ref=use_ref, width=logp.shape[1], device=logp.device)
             mask = inputs["mask"]
             # Global denominators: each micro-batch contributes its share of the mini-batch mean.
             # The Dr.GRPO mode divides by norm_constant instead: a set constant makes the shares add
@@ -221,6 +235,6 @@ def update_policy(
         for k, v in step_metrics.items():
             step_sums[k] = step_sums.get(k, 0.0) + v
     out = {k: v / max(count, 1) for k, v in sums.items()}
-    out.update({k: v / len(minibatches) for k, v in step_sums.items()})
-    out[K.ACTOR_OPTIMIZER_STEPS] = float(len(minibatches))
+    out.update({k: v / len(plan.minibatches) for k, v in step_sums.items()})
+    out[K.ACTOR_OPTIMIZER_STEPS] = float(len(plan.minibatches))
     return out
