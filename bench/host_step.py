@@ -5,21 +5,22 @@ A paper step is 256 prompts x 8 responses = 2,048 responses of up to 2,048 token
 each piece with the project's own functions on a synthetic batch of realistic boxed-answer text:
 
     gather     pickling this rank's generation results and unpickling every rank's
-               (what ``dist.all_gather_object`` does with today's Python lists)
+               (what ``dist.all_gather_object`` does with the Python lists), and, now, padding
+               the batch's response-id and engine-log-prob columns once (``RolloutBatch.from_rows``)
     reward     the paper's ``math`` reward (mathruler grading, time-boxed) over the responses a
                rank scores (the whole gathered batch before; its own responses now)
     adv        GRPO advantages over the batch
     mdap       ``mdap_prune`` (tau 0.8, refill to 128)
     plan       ``plan_minibatches`` (fixed_minibatch, 128)
-    pad        padding this rank's old and reference log-prob rows per micro-batch (4), as the
-               update does (``update._pad``: a row-by-row copy)
+    pad        the old and reference log-prob inputs of this rank's micro-batches (4)
 
 It runs two layouts in one process and reports both with their ratio:
 
-    rescore    before 2026-12-01: every rank re-scored the whole gathered batch; padding row by row
+    rescore    before 2026-12-01: every rank re-scored the whole gathered batch; each micro-batch's
+               rows padded by a row-by-row copy
     own        the trainer now: each rank scores its own responses and the gather carries their
-               scores (2 floats per response more, counted); padding in one vectorised call
-               (``update._pad``) per micro-batch
+               scores (2 floats per response more, counted); the log-prob rows are padded once
+               into [N, R] columns (``batch.pad_rows``) and each micro-batch's inputs are slices
 
 Wall-clock and process CPU seconds are both reported (the machines here are shared).
 
@@ -52,7 +53,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from fastrl.algorithms.advantages import grpo_advantages  # noqa: E402
 from fastrl.algorithms.pruning import mdap_prune  # noqa: E402
 from fastrl.rewards import score_batch  # noqa: E402
-from fastrl.training import update  # noqa: E402
+from fastrl.training.batch import pad_rows  # noqa: E402
 from fastrl.training.update import micro_batches, plan_minibatches, shard  # noqa: E402
 
 ANSWERS = ["12", "3\\sqrt{2}", "\\frac{5}{2}", "60", "2\\pi", "7.5", "\\sqrt{13}", "144"]
@@ -100,10 +101,6 @@ def pad_rowwise(rows: Sequence[torch.Tensor], width: int) -> torch.Tensor:
     return out
 
 
-def pad_vectorised(rows: Sequence[torch.Tensor], width: int) -> torch.Tensor:
-    return update._pad(rows, width, torch.device("cpu"))  # the trainer's own
-
-
 def rank_stages(step: dict[str, Any], rank: int, world: int, sharded: bool) -> dict[str, tuple[float, float]]:
     """(wall s, cpu s) of each stage for rank ``rank`` of ``world``."""
     total = len(step["uids"])
@@ -122,9 +119,13 @@ def rank_stages(step: dict[str, Any], rank: int, world: int, sharded: bool) -> d
     others = [pickle.dumps(part(r)) for r in range(world) if r != rank]  # built by the other ranks
     own_part = part(rank)
 
-    def gather() -> list[tuple]:  # pickle our part, unpickle every rank's
+    def gather() -> list[tuple]:  # pickle our part, unpickle every rank's (now: and pad the columns once)
         blobs = [pickle.dumps(own_part)] + others
-        return [item for blob in blobs for item in pickle.loads(blob)]
+        items = [item for blob in blobs for item in pickle.loads(blob)]
+        if sharded:  # what RolloutBatch.from_rows pads: response ids and engine log-probs
+            pad_rows([item[1] for item in items], torch.long)
+            pad_rows([item[3] for item in items], torch.float32)
+        return items
 
     run("gather", gather)
     scored = own if sharded else list(range(total))
@@ -139,16 +140,27 @@ def rank_stages(step: dict[str, Any], rank: int, world: int, sharded: bool) -> d
                                                  mini_batch_size=min(128, len(kept)), world=world, generator=g))
     mine = sorted(i for mb in plan for i in shard(mb, rank, world))
     rows = {i: torch.tensor(step["logprobs"][kept[i]]) for i in mine}
-    pad = pad_vectorised if sharded else pad_rowwise
 
-    def pad_all() -> None:
+    def pad_rowwise_all() -> None:
         for mb in plan:
             for micro in micro_batches(shard(mb, rank, world), 4):
                 width = max(rows[i].numel() for i in micro)
-                pad([rows[i] for i in micro], width)  # old log-probs
-                pad([rows[i] for i in micro], width)  # reference log-probs
+                pad_rowwise([rows[i] for i in micro], width)  # old log-probs
+                pad_rowwise([rows[i] for i in micro], width)  # reference log-probs
 
-    run("pad", pad_all)
+    # the trainer's: compute_logprobs writes [N, R] columns (built here, untimed), sliced per micro-batch
+    position = {row: j for j, row in enumerate(mine)}
+    old, _ = pad_rows([step["logprobs"][kept[i]] for i in mine], torch.float32)
+    ref = old.clone()
+
+    def slice_columns() -> None:
+        for mb in plan:
+            for micro in micro_batches(shard(mb, rank, world), 4):
+                idx = torch.tensor([position[i] for i in micro])
+                width = max(rows[i].numel() for i in micro)
+                old[idx, :width], ref[idx, :width]
+
+    run("pad", slice_columns if sharded else pad_rowwise_all)
     return stages
 
 

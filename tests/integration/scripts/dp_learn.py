@@ -33,8 +33,9 @@ def fixed_batch(trainer: Trainer, n: int) -> RolloutBatch:
             ids.append(list(cut))
             texts.append(tok.decode(cut, skip_special_tokens=True))
             recs.append(rec)
-    batch = RolloutBatch(prompts=prompts, uids=uids, response_ids=ids, texts=texts,
-                         engine_logprobs=[[0.0] * len(r) for r in ids], finish_reasons=["stop"] * len(ids), records=recs)
+    batch = RolloutBatch.from_rows(prompts=prompts, uids=uids, response_ids=ids, texts=texts,
+                                   engine_logprobs=[[0.0] * len(r) for r in ids], finish_reasons=["stop"] * len(ids),
+                                   records=recs)
     scores, _ = trainer.policy.score(batch.texts, batch.records)
     batch.rewards = torch.tensor([s["overall"] for s in scores], dtype=torch.float32)
     batch.accuracies = torch.tensor([s["accuracy"] for s in scores], dtype=torch.float32)
