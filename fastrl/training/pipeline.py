@@ -8,6 +8,8 @@ Data parallelism: every rank holds the same prompt stream and the same component
 identically). Rank r generates for prompts ``r::world`` and scores its own responses; responses,
 their rewards and engine log-probs are all-gathered, so advantages, pruning, ARS and GRESO are computed on the global batch and are
 identical on every rank. Only the log-prob passes and the update are sharded (fastrl.training.update).
+Stages pass columnar batches (fastrl.training.batch): old/ref log-probs are columns, selected with
+their rows, never looked up through an index map.
 """
 
 from __future__ import annotations

@@ -3,10 +3,15 @@
 Data-parallel layout. The kept set (already aligned by the pruner to a multiple of
 ``world_size * micro_batch_size``) is shuffled with a generator seeded identically on every rank,
 split into mini-batches whose sizes are multiples of the world size, and each mini-batch is dealt
-out ``members[rank::world]``. Every rank therefore does the same number of micro-batches and
+out ``members[rank::world]`` (:func:`rank_plan`: this rank's rows of the kept batch, which the
+trainer selects into a batch of its own, and its shards as positions into them). Every rank
+therefore does the same number of micro-batches and
 backward calls, and the union over ranks of each mini-batch is the same as on one rank: a 2-rank
 step sums to the 1-rank gradient. Loss normalisation uses global counts (all-reduced), so the
 token-mean is over the whole mini-batch across ranks, not per micro-batch.
+
+Columns. :func:`compute_logprobs` returns an [N, R] column of the batch (``old_logprobs`` /
+``ref_logprobs``); a micro-batch's loss inputs are slices of the batch's padded columns.
 
 Devices. :func:`compute_logprobs` returns its log-probs on the CPU (small, and what the ranks
 all-gather); :func:`update_policy` moves every tensor the loss combines with the policy's

@@ -124,3 +124,12 @@ def test_a_rank_builds_pixels_only_for_the_rows_it_generates_for_or_forwards(tmp
     assert metrics["prune/kept"] < metrics["rollout/num_responses"]
     # then once per uid for the rows we forward (old/ref log-probs, update): never the whole batch's
     assert sorted(built) == sorted(ours | set(forwarded))
+
+
+def test_gathered_log_prob_rows_land_on_the_rows_each_rank_computed(monkeypatch):
+    """CPPO's full-batch pass on 2 ranks: rank r computes rows r::2; the gather interleaves them back."""
+    rank0, rank1 = torch.tensor([[0.0, 0.5], [2.0, 2.5], [4.0, 4.5]]), torch.tensor([[1.0, 1.5], [3.0, 3.5]])
+    monkeypatch.setattr(dist, "world_size", lambda: 2)
+    monkeypatch.setattr(dist, "all_gather_object", lambda obj: [rank0, rank1])
+    merged = pipeline._gather_rows(rank0, 5)
+    assert merged[:, 0].tolist() == [0.0, 1.0, 2.0, 3.0, 4.0] and merged[:, 1].tolist() == [0.5, 1.5, 2.5, 3.5, 4.5]
