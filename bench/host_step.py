@@ -4,9 +4,9 @@ A paper step is 256 prompts x 8 responses = 2,048 responses of up to 2,048 token
 151,936). Besides the GPU passes, every rank does host work on that batch; this benchmark times
 each piece with the project's own functions on a synthetic batch of realistic boxed-answer text:
 
-    gather     pickling this rank's generation results and unpickling every rank's
-               (what ``dist.all_gather_object`` does with the Python lists), and, now, padding
-               the batch's response-id and engine-log-prob columns once (``RolloutBatch.from_rows``)
+    gather     pickling this rank's generation results and unpickling every rank's (what
+               ``dist.all_gather_object`` does): Python lists before; now this rank's rows padded
+               into columns (``ResponseColumns.from_rows``), gathered as tensors and merged
     reward     the paper's ``math`` reward (mathruler grading, time-boxed) over the responses a
                rank scores (the whole gathered batch before; its own responses now)
     adv        GRPO advantages over the batch
@@ -19,7 +19,7 @@ It runs two layouts in one process and reports both with their ratio:
     rescore    before 2026-12-01: every rank re-scored the whole gathered batch; each micro-batch's
                rows padded by a row-by-row copy
     own        the trainer now: each rank scores its own responses and the gather carries their
-               scores (2 floats per response more, counted); the log-prob rows are padded once
+               scores, as columns (``ResponseColumns``); the log-prob rows are padded once
                into [N, R] columns (``batch.pad_rows``) and each micro-batch's inputs are slices
 
 Wall-clock and process CPU seconds are both reported (the machines here are shared).
@@ -53,7 +53,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from fastrl.algorithms.advantages import grpo_advantages  # noqa: E402
 from fastrl.algorithms.pruning import mdap_prune  # noqa: E402
 from fastrl.rewards import score_batch  # noqa: E402
-from fastrl.training.batch import pad_rows  # noqa: E402
+from fastrl.training.batch import ResponseColumns, pad_rows  # noqa: E402
 from fastrl.training.update import micro_batches, plan_minibatches, shard  # noqa: E402
 
 ANSWERS = ["12", "3\\sqrt{2}", "\\frac{5}{2}", "60", "2\\pi", "7.5", "\\sqrt{13}", "144"]
@@ -112,20 +112,23 @@ def rank_stages(step: dict[str, Any], rank: int, world: int, sharded: bool) -> d
         stages[name] = (wall, cpu)
         return out
 
-    def part(r: int) -> list[tuple]:  # rank r's generation results, as the trainer gathers them
-        return [(i, step["ids"][i], step["texts"][i], step["logprobs"][i], "stop")
-                + ((1.5, 1.0) if sharded else ()) for i in range(r, total, world)]
+    def part(r: int) -> Any:  # rank r's generation results, as the trainer gathers them
+        rows = list(range(r, total, world))
+        if not sharded:
+            return [(i, step["ids"][i], step["texts"][i], step["logprobs"][i], "stop") for i in rows]
+        return ResponseColumns.from_rows(rows, [step["ids"][i] for i in rows], [step["texts"][i] for i in rows],
+                                         [step["logprobs"][i] for i in rows], ["stop"] * len(rows),
+                                         rewards=torch.full((len(rows),), 1.5), accuracies=torch.ones(len(rows)))
 
     others = [pickle.dumps(part(r)) for r in range(world) if r != rank]  # built by the other ranks
-    own_part = part(rank)
+    own_part = None if sharded else part(rank)
 
-    def gather() -> list[tuple]:  # pickle our part, unpickle every rank's (now: and pad the columns once)
-        blobs = [pickle.dumps(own_part)] + others
-        items = [item for blob in blobs for item in pickle.loads(blob)]
-        if sharded:  # what RolloutBatch.from_rows pads: response ids and engine log-probs
-            pad_rows([item[1] for item in items], torch.long)
-            pad_rows([item[3] for item in items], torch.float32)
-        return items
+    def gather() -> Any:  # pickle our part, unpickle every rank's
+        if not sharded:
+            blobs = [pickle.dumps(own_part)] + others
+            return [item for blob in blobs for item in pickle.loads(blob)]
+        blobs = [pickle.dumps(part(rank))] + others  # now: our rows padded into columns first, then merged
+        return ResponseColumns.merge([pickle.loads(blob) for blob in blobs])
 
     run("gather", gather)
     scored = own if sharded else list(range(total))

@@ -89,6 +89,49 @@ def pad_rows(rows: Sequence[Sequence[float]] | Sequence[Sequence[int]], dtype: t
     return out, mask
 
 
+@dataclass
+class ResponseColumns:
+    """One rank's responses as columns, without prompts or records: what the ranks all-gather
+    (tensors pickle as bytes, not as lists of Python numbers). ``prompt_index`` [n] is each
+    response's position in the step's prompt list."""
+
+    prompt_index: torch.Tensor  # [n] long
+    responses: torch.Tensor  # [n, R] long
+    response_mask: torch.Tensor  # [n, R] float32
+    engine_logprobs: torch.Tensor  # [n, R] float32
+    has_engine_logprobs: torch.Tensor  # [n] bool
+    rewards: torch.Tensor  # [n]
+    accuracies: torch.Tensor  # [n]
+    texts: list[str]
+    finish_reasons: list[str]
+
+    @classmethod
+    def from_rows(cls, prompt_index: Sequence[int], response_ids: Sequence[Sequence[int]], texts: Sequence[str],
+                  engine_logprobs: Sequence[Sequence[float]], finish_reasons: Sequence[str],
+                  rewards: torch.Tensor, accuracies: torch.Tensor) -> "ResponseColumns":
+        """Padded here, once. A row's engine log-probs count only when there is one per response token."""
+        responses, mask = pad_rows(response_ids, torch.long)
+        has = torch.tensor([len(lp) == len(r) for lp, r in zip(engine_logprobs, response_ids)], dtype=torch.bool)
+        engine, _ = pad_rows([lp if ok else [] for lp, ok in zip(engine_logprobs, has.tolist())], torch.float32,
+                             width=responses.shape[1])
+        return cls(torch.tensor(list(prompt_index), dtype=torch.long), responses, mask.float(), engine, has,
+                   rewards, accuracies, list(texts), list(finish_reasons))
+
+    @staticmethod
+    def merge(parts: Sequence["ResponseColumns"]) -> "ResponseColumns":
+        """Every part's rows, ordered by prompt (stable: a prompt's responses keep their order,
+        parts in the order given); [n, R] columns padded to the widest."""
+        width = max(p.responses.shape[1] for p in parts)
+        index = torch.cat([p.prompt_index for p in parts])
+        order = torch.sort(index, stable=True).indices
+        tensors = {f.name: torch.cat([_widen(getattr(p, f.name), width) for p in parts])[order]
+                   for f in fields(ResponseColumns) if f.name not in ("texts", "finish_reasons")}
+        rows = order.tolist()
+        texts = [t for p in parts for t in p.texts]
+        reasons = [t for p in parts for t in p.finish_reasons]
+        return ResponseColumns(**tensors, texts=[texts[i] for i in rows], finish_reasons=[reasons[i] for i in rows])
+
+
 _ROW_FIELDS = ("uids", "records", "texts", "finish_reasons")
 _OPTIONAL = ("advantages", "old_logprobs", "ref_logprobs")
 
@@ -127,19 +170,23 @@ class RolloutBatch:
                   engine_logprobs: Sequence[Sequence[float]], finish_reasons: Sequence[str],
                   records: Sequence[Record], rewards: torch.Tensor | None = None,
                   accuracies: torch.Tensor | None = None) -> "RolloutBatch":
-        """A batch from per-response lists, padded here once. A row's engine log-probs count
-        only when there is one per response token."""
-        responses, mask = pad_rows(response_ids, torch.long)
-        has = torch.tensor([len(lp) == len(r) for lp, r in zip(engine_logprobs, response_ids)], dtype=torch.bool)
-        engine, _ = pad_rows([lp if ok else [] for lp, ok in zip(engine_logprobs, has.tolist())], torch.float32,
-                             width=responses.shape[1])
+        """A batch from per-response lists, padded here once (rewards and accuracies default to 0)."""
         n = len(uids)
+        columns = ResponseColumns.from_rows(range(n), response_ids, texts, engine_logprobs, finish_reasons,
+                                            torch.zeros(n) if rewards is None else rewards,
+                                            torch.zeros(n) if accuracies is None else accuracies)
+        return cls.from_columns(prompts, uids, records, columns)
+
+    @classmethod
+    def from_columns(cls, prompts: PromptColumn | Sequence[PromptInput | PromptTokens], uids: Sequence[str],
+                     records: Sequence[Record], columns: ResponseColumns) -> "RolloutBatch":
+        """A batch from response columns and each row's prompt, uid and record."""
         column = prompts if isinstance(prompts, PromptColumn) else PromptColumn(list(prompts))
-        return cls(prompts=column, uids=list(uids), records=list(records), texts=list(texts),
-                   finish_reasons=list(finish_reasons), responses=responses, response_mask=mask.float(),
-                   engine_logprobs=engine, has_engine_logprobs=has,
-                   rewards=torch.zeros(n) if rewards is None else rewards,
-                   accuracies=torch.zeros(n) if accuracies is None else accuracies)
+        return cls(prompts=column, uids=list(uids), records=list(records), texts=columns.texts,
+                   finish_reasons=columns.finish_reasons, responses=columns.responses,
+                   response_mask=columns.response_mask, engine_logprobs=columns.engine_logprobs,
+                   has_engine_logprobs=columns.has_engine_logprobs, rewards=columns.rewards,
+                   accuracies=columns.accuracies)
 
     def __len__(self) -> int:
         return len(self.uids)

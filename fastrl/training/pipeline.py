@@ -33,7 +33,7 @@ from fastrl.data.schema import Record
 from fastrl.models.inputs import PromptTokens
 from fastrl.rollout.base import PromptInput, Response, SamplingConfig
 from fastrl.training import distributed as dist
-from fastrl.training.batch import PromptColumn, RolloutBatch
+from fastrl.training.batch import PromptColumn, ResponseColumns, RolloutBatch
 from fastrl.training.components import Components, build_components
 from fastrl.training.metrics import RunLogger, StageTimer, progress_postfix
 from fastrl.training.run_dir import (FINAL_DIR, Opening, RunDirError, RunLock, fault_point, open_run,
@@ -215,22 +215,16 @@ class Trainer:
             responses: list[Response] = self.policy.engine.generate(prompts, ns, sampling)
         with timer.stage("reward"):  # each rank scores its own responses; only the scores travel
             scores, stats = self.policy.score([r.text for r in responses], [records[mine[r.prompt_index]] for r in responses])
-        local = [(mine[r.prompt_index], r.response_ids, r.text, r.logprobs, r.finish_reason, s["overall"], s["accuracy"])
-                 for r, s in zip(responses, scores)]
+        local = ResponseColumns.from_rows(
+            [mine[r.prompt_index] for r in responses], [r.response_ids for r in responses],
+            [r.text for r in responses], [r.logprobs for r in responses], [r.finish_reason for r in responses],
+            rewards=torch.tensor([s["overall"] for s in scores], dtype=torch.float32),
+            accuracies=torch.tensor([s["accuracy"] for s in scores], dtype=torch.float32))
         parts = dist.all_gather_object((local, stats))
-        gathered = [item for part, _ in parts for item in part]
-        gathered.sort(key=lambda item: item[0])  # prompt order, stable within a prompt
-        batch = RolloutBatch.from_rows(
-            prompts=column.select([g[0] for g in gathered]),
-            uids=[records[g[0]].uid for g in gathered],
-            response_ids=[g[1] for g in gathered],
-            texts=[g[2] for g in gathered],
-            engine_logprobs=[g[3] for g in gathered],
-            finish_reasons=[g[4] for g in gathered],
-            records=[records[g[0]] for g in gathered],
-            rewards=torch.tensor([g[5] for g in gathered], dtype=torch.float32),
-            accuracies=torch.tensor([g[6] for g in gathered], dtype=torch.float32),
-        )
+        gathered = ResponseColumns.merge([part for part, _ in parts])  # prompt order, stable within a prompt
+        rows = gathered.prompt_index.tolist()
+        batch = RolloutBatch.from_columns(column.select(rows), [records[i].uid for i in rows],
+                                          [records[i] for i in rows], gathered)
         return batch, {k: float(sum(part_stats[k] for _, part_stats in parts)) for k in stats}
 
     def rollout_with_filter(self, timer: StageTimer) -> tuple[RolloutBatch, dict[str, float]]:

@@ -7,6 +7,7 @@ the rows it generates for or forwards (before, every rank materialized every pro
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -16,7 +17,7 @@ from fastrl.config import load_config
 from fastrl.models.inputs import PromptInput, PromptTokens
 from fastrl.training import distributed as dist
 from fastrl.training import pipeline, update
-from fastrl.training.batch import PromptColumn, RolloutBatch
+from fastrl.training.batch import PromptColumn, ResponseColumns, RolloutBatch
 from fastrl.training.pipeline import Trainer
 
 
@@ -68,6 +69,19 @@ def test_prompt_column_builds_once_per_uid_and_only_the_rows_asked_for():
     assert built == ["a", "c"]
 
 
+def test_merged_parts_are_in_prompt_order_stable_within_a_prompt():
+    """The gather: rank 0 answered prompts 0 and 2, rank 1 prompt 1; rows come back by prompt."""
+    def part(index, ids):
+        return ResponseColumns.from_rows(index, ids, [str(r) for r in ids], [[-1.0] * len(r) for r in ids],
+                                         ["stop"] * len(ids), rewards=torch.tensor([float(i) for i in index]),
+                                         accuracies=torch.zeros(len(ids)))
+
+    merged = ResponseColumns.merge([part([0, 0, 2], [[1], [2, 2], [3]]), part([1, 1], [[4, 4, 4], [5]])])
+    assert merged.prompt_index.tolist() == [0, 0, 1, 1, 2] and merged.texts == ["[1]", "[2, 2]", "[4, 4, 4]", "[5]", "[3]"]
+    assert merged.responses.tolist() == [[1, 0, 0], [2, 2, 0], [4, 4, 4], [5, 0, 0], [3, 0, 0]]
+    assert merged.rewards.tolist() == [0.0, 0.0, 1.0, 1.0, 2.0] and merged.engine_logprobs.sum() == -8.0
+
+
 def _counting_trainer(tmp_path: Path, monkeypatch) -> tuple[Trainer, list[str]]:
     cfg = load_config("methods/fastrl.yaml", [f"trainer.run_dir={tmp_path}", "data.task=mini-geo",
                                               "model.kind=qwen2_5_vl", "trainer.resume=false"], scale="smoke")
@@ -95,8 +109,8 @@ def test_a_rank_builds_pixels_only_for_the_rows_it_generates_for_or_forwards(tmp
         if not (isinstance(obj, tuple) and isinstance(obj[1], dict)):
             return [obj, obj]  # anything else (the actor's backward counts): rank 1 agrees
         local, stats = obj
-        generated.extend(sorted({i for i, *_ in local}))
-        return [obj, ([(i + 1, *rest) for i, *rest in local], stats)]
+        generated.extend(sorted(set(local.prompt_index.tolist())))
+        return [obj, (replace(local, prompt_index=local.prompt_index + 1), stats)]
 
     def update_policy(actor, batch, plan, *, pad_id, **kw):  # its forward inputs, without the 2-rank all-reduce
         forwarded.extend(batch.uids)

@@ -9,7 +9,7 @@ from pathlib import Path
 import torch
 
 from fastrl.training import distributed as dist
-from fastrl.training.batch import pad_rows
+from fastrl.training.batch import ResponseColumns, pad_rows
 from fastrl.training.metrics import StageTimer
 from tests.mini.conftest import one_torch_thread, text_model_dir  # noqa: F401  (fixtures)
 from tests.training.test_engine_calls import _trainer
@@ -27,7 +27,8 @@ def test_a_rank_scores_its_own_responses_and_gathers_the_others_scores(tmp_path:
         return real_score(texts, graded)
 
     # rank 0 of 2: prompts 0 and 2 are ours; rank 1 generated prompt 1, scored it 1.5 / 1.0, and had 1 failure
-    other = ([(1, [7, 8], "other rank's text", [-0.5, -0.5], "stop", 1.5, 1.0)],
+    other = (ResponseColumns.from_rows([1], [[7, 8]], ["other rank's text"], [[-0.5, -0.5]], ["stop"],
+                                       rewards=torch.tensor([1.5]), accuracies=torch.tensor([1.0])),
              {"reward/failures": 1.0, "reward/timeouts": 0.0, "reward/n": 1.0})
     monkeypatch.setattr(dist, "rank", lambda: 0)
     monkeypatch.setattr(dist, "world_size", lambda: 2)
@@ -39,6 +40,7 @@ def test_a_rank_scores_its_own_responses_and_gathers_the_others_scores(tmp_path:
     assert scored == [[records[0].uid] * n + [records[2].uid] * n]  # ours only, never prompt 1
     assert batch.uids == [records[0].uid] * n + [records[1].uid] + [records[2].uid] * n
     assert batch.rewards[n].item() == 1.5 and batch.accuracies[n].item() == 1.0  # the other rank's score
+    assert batch.response_ids[n] == [7, 8] and batch.texts[n] == "other rank's text"
     assert reward_stats["reward/n"] == 2 * n + 1 and reward_stats["reward/failures"] >= 1.0  # returned, summed over ranks
     assert not hasattr(trainer, "_reward_stats")
 
