@@ -101,6 +101,32 @@ def pad_rowwise(rows: Sequence[torch.Tensor], width: int) -> torch.Tensor:
     return out
 
 
+def pad_stage(step: dict[str, Any], kept: list[int], plan: list[list[int]], mine: list[int], rank: int, world: int,
+              sharded: bool) -> Callable[[], None]:
+    """The old and reference log-prob inputs of this rank's micro-batches (4): padded row by row
+    per micro-batch (before), or sliced from [N, R] columns that compute_logprobs writes (built
+    here, untimed) (now)."""
+    rows = {i: torch.tensor(step["logprobs"][kept[i]]) for i in mine}
+    micros = [micro for mb in plan for micro in micro_batches(shard(mb, rank, world), 4)]
+    position = {row: j for j, row in enumerate(mine)}
+    old, _ = pad_rows([step["logprobs"][kept[i]] for i in mine], torch.float32)
+    ref = old.clone()
+
+    def pad_rowwise_all() -> None:
+        for micro in micros:
+            width = max(rows[i].numel() for i in micro)
+            pad_rowwise([rows[i] for i in micro], width)  # old log-probs
+            pad_rowwise([rows[i] for i in micro], width)  # reference log-probs
+
+    def slice_columns() -> None:
+        for micro in micros:
+            idx = torch.tensor([position[i] for i in micro])
+            width = max(rows[i].numel() for i in micro)
+            old[idx, :width], ref[idx, :width]
+
+    return slice_columns if sharded else pad_rowwise_all
+
+
 def rank_stages(step: dict[str, Any], rank: int, world: int, sharded: bool) -> dict[str, tuple[float, float]]:
     """(wall s, cpu s) of each stage for rank ``rank`` of ``world``."""
     total = len(step["uids"])
@@ -142,28 +168,7 @@ def rank_stages(step: dict[str, Any], rank: int, world: int, sharded: bool) -> d
     plan = run("plan", lambda: plan_minibatches(len(kept), mode="fixed_minibatch", updates_per_step=4,
                                                  mini_batch_size=min(128, len(kept)), world=world, generator=g))
     mine = sorted(i for mb in plan for i in shard(mb, rank, world))
-    rows = {i: torch.tensor(step["logprobs"][kept[i]]) for i in mine}
-
-    def pad_rowwise_all() -> None:
-        for mb in plan:
-            for micro in micro_batches(shard(mb, rank, world), 4):
-                width = max(rows[i].numel() for i in micro)
-                pad_rowwise([rows[i] for i in micro], width)  # old log-probs
-                pad_rowwise([rows[i] for i in micro], width)  # reference log-probs
-
-    # the trainer's: compute_logprobs writes [N, R] columns (built here, untimed), sliced per micro-batch
-    position = {row: j for j, row in enumerate(mine)}
-    old, _ = pad_rows([step["logprobs"][kept[i]] for i in mine], torch.float32)
-    ref = old.clone()
-
-    def slice_columns() -> None:
-        for mb in plan:
-            for micro in micro_batches(shard(mb, rank, world), 4):
-                idx = torch.tensor([position[i] for i in micro])
-                width = max(rows[i].numel() for i in micro)
-                old[idx, :width], ref[idx, :width]
-
-    run("pad", slice_columns if sharded else pad_rowwise_all)
+    run("pad", pad_stage(step, kept, plan, mine, rank, world, sharded))
     return stages
 
 

@@ -178,6 +178,33 @@ def loss_inputs(
     }
 
 
+def _micro_batch_step(actor, batch: RolloutBatch, mb: Sequence[int], policy_loss_fn: Callable, settings: LossSettings,
+                      denominators: dict, shares: torch.Tensor, *, with_ref: bool, pad_id: int,
+                      check_finite: Callable[[torch.Tensor], None]) -> dict[str, float]:
+    """Forward, loss and backward of micro-batch ``mb``; adds its (pg, kl, total) losses to
+    ``shares`` and returns its metrics."""
+    tensors = _batch_tensors(batch, mb, pad_id)
+    logp, entropy = response_logprobs(actor.module, tensors, with_entropy=True)
+    inputs = loss_inputs(batch, mb, tensors, with_ref=with_ref, width=logp.shape[1], device=logp.device)
+    mask = inputs["mask"]
+    loss, pg_metrics = policy_loss_fn(
+        logp, inputs["old"], inputs["adv"], mask, clip_low=settings.clip_low,
+        clip_high=settings.clip_high, dual_clip=settings.dual_clip, agg=settings.agg, **denominators,
+    )
+    metrics = {K.actor_key(k): _item(v) for k, v in pg_metrics.items()}
+    shares[0] += _item(loss)
+    if inputs["ref"] is not None:
+        kl = losses.aggregate(losses.kl_penalty(logp, inputs["ref"], kind=settings.kl_kind), mask,
+                              mode=settings.agg, **denominators)
+        loss = loss + settings.kl_coef * kl
+        shares[1] += _item(kl)
+    shares[2] += _item(loss)
+    check_finite(loss)
+    actor.backward(loss)
+    metrics[K.ACTOR_ENTROPY] = _item((entropy.detach() * mask).sum() / mask.sum().clamp_min(1))
+    return metrics
+
+
 def update_policy(
     actor,
     batch: RolloutBatch,
@@ -205,33 +232,16 @@ def update_policy(
     for mb_index, (local, global_size) in enumerate(zip(plan.minibatches, plan.global_sizes)):
         lengths = batch.response_lengths[torch.as_tensor(local, dtype=torch.long)].to(torch.float64)
         global_tokens = float(dist.all_reduce_sum(lengths.sum()))
-        global_seqs = float(global_size)
+        # Global denominators: each micro-batch contributes its share of the mini-batch mean.
+        # The Dr.GRPO mode divides by norm_constant instead: a set constant makes the shares add
+        # up to the mini-batch loss; its default (each micro-batch's padded width) does not.
+        denominators = {"global_token_count": global_tokens, "global_seq_count": float(global_size),
+                        "norm_constant": settings.norm_constant}
         shares = torch.zeros(3, dtype=torch.float64)  # pg, kl, total: this rank's shares
         for mb in micro_batches(local, micro_batch_size):
-            tensors = _batch_tensors(batch, mb, pad_id)
-            logp, entropy = response_logprobs(actor.module, tensors, with_entropy=True)
-            inputs = loss_inputs(batch, mb, tensors, with_ref=use_ref, width=logp.shape[1], device=logp.device)
-            mask = inputs["mask"]
-            # Global denominators: each micro-batch contributes its share of the mini-batch mean.
-            # The Dr.GRPO mode divides by norm_constant instead: a set constant makes the shares add
-            # up to the mini-batch loss; its default (each micro-batch's padded width) does not.
-            denominators = {"global_token_count": global_tokens, "global_seq_count": global_seqs,
-                            "norm_constant": settings.norm_constant}
-            loss, pg_metrics = policy_loss_fn(
-                logp, inputs["old"], inputs["adv"], mask, clip_low=settings.clip_low,
-                clip_high=settings.clip_high, dual_clip=settings.dual_clip, agg=settings.agg, **denominators,
-            )
-            metrics = {K.actor_key(k): _item(v) for k, v in pg_metrics.items()}
-            shares[0] += _item(loss)
-            if inputs["ref"] is not None:
-                kl = losses.aggregate(losses.kl_penalty(logp, inputs["ref"], kind=settings.kl_kind), mask,
-                                      mode=settings.agg, **denominators)
-                loss = loss + settings.kl_coef * kl
-                shares[1] += _item(kl)
-            shares[2] += _item(loss)
-            check_finite(loss, f"policy loss (mini-batch {mb_index})")
-            actor.backward(loss)
-            metrics[K.ACTOR_ENTROPY] = _item((entropy.detach() * mask).sum() / mask.sum().clamp_min(1))
+            metrics = _micro_batch_step(actor, batch, mb, policy_loss_fn, settings, denominators, shares,
+                                        with_ref=use_ref, pad_id=pad_id,
+                                        check_finite=lambda loss: check_finite(loss, f"policy loss (mini-batch {mb_index})"))
             for k, v in metrics.items():
                 sums[k] = sums.get(k, 0.0) + v
             count += 1
