@@ -10,7 +10,8 @@ each piece with the project's own functions on a synthetic batch of realistic bo
     reward     the paper's ``math`` reward (mathruler grading, time-boxed) over the responses a
                rank scores (the whole gathered batch before; its own responses now)
     adv        GRPO advantages over the batch
-    mdap       ``mdap_prune`` (tau 0.8, refill to 128)
+    mdap       ``mdap_prune`` (tau 0.8, refill to 128); now including ``RolloutBatch.response_ids``
+               (the Python lists read back from the padded column, as ``Trainer.prune`` passes them)
     plan       ``plan_minibatches`` (fixed_minibatch, 128)
     pad        the old and reference log-prob inputs of this rank's micro-batches (4)
 
@@ -53,7 +54,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from fastrl.algorithms.advantages import grpo_advantages  # noqa: E402
 from fastrl.algorithms.pruning import mdap_prune  # noqa: E402
 from fastrl.rewards import score_batch  # noqa: E402
-from fastrl.training.batch import ResponseColumns, pad_rows  # noqa: E402
+from fastrl.training.batch import ResponseColumns, RolloutBatch, pad_rows  # noqa: E402
 from fastrl.training.update import micro_batches, plan_minibatches, shard  # noqa: E402
 
 ANSWERS = ["12", "3\\sqrt{2}", "\\frac{5}{2}", "60", "2\\pi", "7.5", "\\sqrt{13}", "144"]
@@ -156,13 +157,18 @@ def rank_stages(step: dict[str, Any], rank: int, world: int, sharded: bool) -> d
         blobs = [pickle.dumps(part(rank))] + others  # now: our rows padded into columns first, then merged
         return ResponseColumns.merge([pickle.loads(blob) for blob in blobs])
 
-    run("gather", gather)
+    gathered = run("gather", gather)
+    if sharded:  # the trainer's batch; its pruner reads the response ids back from the padded column
+        batch = RolloutBatch.from_columns([None] * total, step["uids"], [None] * total, gathered)
+        token_ids = lambda: batch.response_ids  # noqa: E731
+    else:
+        token_ids = lambda: step["ids"]  # noqa: E731
     scored = own if sharded else list(range(total))
     run("reward", lambda: score_batch("math", [step["texts"][i] for i in scored],
                                       [step["truths"][i] for i in scored]))
     rewards = torch.tensor([(i * 7919 % 4) * 0.5 for i in range(total)])
     adv = run("adv", lambda: grpo_advantages(rewards, step["uids"]))
-    result = run("mdap", lambda: mdap_prune(adv, step["uids"], step["ids"], tau=0.8, align_to=min(128, total)))
+    result = run("mdap", lambda: mdap_prune(adv, step["uids"], token_ids(), tau=0.8, align_to=min(128, total)))
     kept = result.kept.tolist()
     g = torch.Generator().manual_seed(0)
     plan = run("plan", lambda: plan_minibatches(len(kept), mode="fixed_minibatch", updates_per_step=4,

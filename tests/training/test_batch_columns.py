@@ -147,3 +147,11 @@ def test_gathered_log_prob_rows_land_on_the_rows_each_rank_computed(monkeypatch)
     monkeypatch.setattr(dist, "all_gather_object", lambda obj: [rank0, rank1])
     merged = pipeline._gather_rows(rank0, 5)
     assert merged[:, 0].tolist() == [0.0, 1.0, 2.0, 3.0, 4.0] and merged[:, 1].tolist() == [0.5, 1.5, 2.5, 3.5, 4.5]
+
+
+def test_packed_responses_are_the_response_ids_packed():
+    from fastrl.algorithms.similarity import PackedTokens
+
+    batch = _batch().select([3, 1, 2])
+    packed, from_lists = batch.packed_responses, PackedTokens.from_sequences(batch.response_ids)
+    assert torch.equal(packed.flat, from_lists.flat) and torch.equal(packed.lengths, from_lists.lengths)
