@@ -422,6 +422,18 @@ class PruneBatch:
             raise KeyError(f"the batch has no column {name!r}; it holds: {', '.join(sorted(self.columns))}") from None
 
 
+def prune_result(batch: PruneBatch, keep: Sequence[bool], align_to: int = 1) -> PruneResult:
+    """A pruner's decision (``keep``: one boolean per response of ``batch``) as the trainer takes
+    it: refilled to a multiple of ``align_to`` as MDAP step 5 does (:func:`refill_to_multiple`),
+    with its per-question final counts. For pruners written outside this module."""
+    where = "prune_result"
+    _check_align(align_to, where)
+    qs = _Questions.build(batch.advantages, batch.uids, where, batch.question_ids)
+    if len(keep) != len(qs.adv):
+        raise ValueError(f"{where}: {len(keep)} keep flags for a batch of {len(qs.adv)} responses")
+    return _result([bool(k) for k in keep], qs, align_to)
+
+
 # One class per registered name (fastrl.algorithms.registry.PRUNERS); a pruner with a config
 # section holds its typed section (checked again here, for a pruner built by hand).
 
