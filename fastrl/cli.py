@@ -18,7 +18,7 @@ import os
 import sys
 import traceback
 from pathlib import Path
-from typing import Sequence
+from typing import Any, Sequence
 
 from fastrl import api  # torch-free to import: `fastrl --help` stays fast
 from fastrl.config import MODEL_DEVICES, MODEL_DTYPES, PROMPT_LENGTH_POLICIES, ROLLOUT_ENGINES
@@ -82,12 +82,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
     return 0
 
 
-def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="fastrl", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    debug_help = "on an error, print the full traceback too (not only the one-line message)"
-    p.add_argument("--debug", action="store_true", help=debug_help)
-    sub = p.add_subparsers(dest="command", required=True)
-
+def _add_train_parser(sub: Any) -> argparse.ArgumentParser:
     t = sub.add_parser("train", help="train one method: fastrl train CONFIG [key=value ...]")
     t.add_argument("config", help="a YAML under configs/ (e.g. methods/fastrl.yaml) or a path")
     t.add_argument("overrides", nargs="*", help="dotted.key=value overrides")
@@ -99,6 +94,16 @@ def build_parser() -> argparse.ArgumentParser:
                         "registers can be chosen and configured (algorithm.pruner=NAME algorithm.SECTION.KEY=V); "
                         "repeatable; recorded in the run's config.yaml as `imports`")
     t.set_defaults(func=cmd_train)
+    return t
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="fastrl", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    debug_help = "on an error, print the full traceback too (not only the one-line message)"
+    p.add_argument("--debug", action="store_true", help=debug_help)
+    sub = p.add_subparsers(dest="command", required=True)
+
+    t = _add_train_parser(sub)
 
     s = sub.add_parser("sweep", help="run a sweep file: {base: CONFIG, sweep: {key: [values]}}")
     s.add_argument("sweep")

@@ -257,7 +257,8 @@ class AlgorithmConfig:
         return _algorithm_from_fields, ({f.name: getattr(self, f.name) for f in dataclasses.fields(self)},)
 
 
-assert tuple(f.name for f in dataclasses.fields(AlgorithmConfig)) == registry.ALGORITHM_KEYS
+if tuple(f.name for f in dataclasses.fields(AlgorithmConfig)) != registry.ALGORITHM_KEYS:  # the names sections may not take
+    raise RuntimeError("fastrl.algorithms.registry.ALGORITHM_KEYS must list AlgorithmConfig's fields")
 
 _PLUGIN_HINT = "(a plug-in component is registered by importing its module: fastrl train --import MODULE)"
 _SCHEMAS: dict[tuple[tuple[str, type], ...], type] = {}

@@ -11,8 +11,8 @@ from dataclasses import dataclass, fields
 from typing import TYPE_CHECKING, Any, Callable
 
 from fastrl.algorithms import registry
-from fastrl.algorithms.registry import AdvantageEstimator, GroupFilter, PromptSelector, Pruner, RolloutScaler
 from fastrl.algorithms.pruning import PruneBatch
+from fastrl.algorithms.registry import AdvantageEstimator, GroupFilter, PromptSelector, Pruner, RolloutScaler
 from fastrl.config import ConfigError, FastRLConfig
 
 if TYPE_CHECKING:
