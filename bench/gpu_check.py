@@ -435,7 +435,7 @@ def _one_step(name: str, actor: Any, reference: Any, batch: Any, *, prune: bool,
     """One rollout step's learning half, as the trainer runs it: [MDAP] -> old -> ref -> update."""
     import torch
 
-    from fastrl.algorithms.pruning import mdap_select
+    from fastrl.algorithms.pruning import mdap_prune
     from fastrl.training.update import LossSettings, compute_logprobs, plan_minibatches, update_policy
 
     if cuda:
@@ -443,8 +443,8 @@ def _one_step(name: str, actor: Any, reference: Any, batch: Any, *, prune: bool,
     clock = _Clock(cuda)
     kept = batch
     if prune:
-        index = clock("mdap", lambda: mdap_select(batch.advantages, batch.uids, batch.response_ids, tau=0.8,
-                                                  align_to=mini_batch))
+        index = clock("mdap", lambda: mdap_prune(batch.advantages, batch.uids, batch.response_ids, tau=0.8,
+                                                 align_to=mini_batch).kept)
         kept = batch.select(index.tolist())
     everyone = list(range(len(kept)))
     old = clock("old_log_prob", lambda: compute_logprobs(actor.module, kept, everyone, micro_batch_size=micro, pad_id=0))
@@ -472,7 +472,7 @@ def section_paper_step(s: Settings) -> dict[str, Any]:
 
     import torch
 
-    from fastrl.algorithms.pruning import mdap_select
+    from fastrl.algorithms.pruning import mdap_prune
     from fastrl.training.actor import Actor, ActorConfig
     from fastrl.training.update import compute_logprobs
 
@@ -499,7 +499,7 @@ def section_paper_step(s: Settings) -> dict[str, Any]:
     mdap_times = []
     for _ in range(5):
         t = time.perf_counter()
-        mdap_select(batch.advantages, batch.uids, batch.response_ids, tau=0.8, align_to=prompts * n // 4)
+        mdap_prune(batch.advantages, batch.uids, batch.response_ids, tau=0.8, align_to=prompts * n // 4).kept
         mdap_times.append(time.perf_counter() - t)
     mdap_s = sorted(mdap_times)[len(mdap_times) // 2]
     logprob_s = grpo["timing_s"]["old_log_prob"]

@@ -14,9 +14,10 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import importlib
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 import yaml
 from omegaconf import DictConfig, OmegaConf
@@ -194,65 +195,15 @@ class RolloutConfig:
         return self.val_n_final or self.val_n
 
 
-# One section per configurable component: its fields are passed whole, as keyword arguments, to
-# the component's factory (fastrl.algorithms.registry.build), which checks them.
-@dataclass
-class MDAPConfig:
-    tau: float = 0.8
-    # release: keep a bucket member iff its Jaccard similarity to the bucket's seed is < 1 - tau
-    # (the authors' released code); greedy: prune iff within tau of any kept member (our earlier reading).
-    # Buckets are advantages rounded to 4 decimals for discrete and continuous rewards alike.
-    rule: str = "release"
-
-
-@dataclass
-class CPPOConfig:
-    prune_rate: float = 0.5
-    # As released, CPPO computes old/ref log-probs on the full batch and prunes after; true prunes first.
-    prune_first: bool = False
-
-
-@dataclass
-class RandomPruneConfig:
-    prune_rate: float = 0.5
-
-
-@dataclass
-class ARSConfig:
-    # release: n = n0 - (g1 - f3) while f3 < g1 (the authors' released code); retention: our earlier
-    # reading (n_min, n_max, beta, headroom, rho_high, grow_step, per_prompt apply to it only).
-    rule: str = "release"
-    n_floor: int = 2  # release: n never goes below this
-    n_min: int = 4
-    n_max: int | None = None  # None: the initial n
-    beta: float = 0.5
-    headroom: int = 1
-    rho_high: float = 0.9
-    grow_step: int = 2
-    period_steps: int = 0  # 0: one period per epoch over the training prompts
-    per_prompt: bool = False
-
-
-@dataclass
-class GresoConfig:
-    p_easy: float = 0.5
-    p_hard: float = 0.5
-    alpha: float = 0.25
-    step_size: float = 0.01
-    p_min: float = 0.05
-    p_max: float = 0.95
-    floor: float = 0.01
-
-
-@dataclass
-class DapoConfig:
-    max_tries: int = 20
-
-
 @dataclass
 class AlgorithmConfig:
+    """``algorithm``: the method's component names and loss settings. The components' own sections
+    (``algorithm.mdap``, ``algorithm.ars``, a plug-in's ``algorithm.<section>``) are fields of
+    :func:`algorithm_schema`, the subclass built from the sections registered in
+    fastrl.algorithms.registry; ``FastRLConfig().algorithm`` is one."""
+
     # Component names, each a key of the fastrl.algorithms.registry table named beside it. A
-    # component is built from its own section below and checks its hyper-parameters itself.
+    # component is built from its own section (registry.sections()), checked when the config is read.
     advantage: str = "grpo"  # ADVANTAGE_ESTIMATORS
     prompt_selector: str = "all"  # PROMPT_SELECTORS
     group_filter: str = "none"  # GROUP_FILTERS
@@ -269,19 +220,17 @@ class AlgorithmConfig:
     loss_norm_constant: float | None = None
     kl_coef: float = 0.01  # 0 disables the KL loss and the reference model
     kl_kind: str = "k3"
-    mdap: MDAPConfig = field(default_factory=MDAPConfig)
-    cppo: CPPOConfig = field(default_factory=CPPOConfig)
-    random: RandomPruneConfig = field(default_factory=RandomPruneConfig)
-    ars: ARSConfig = field(default_factory=ARSConfig)
-    greso: GresoConfig = field(default_factory=GresoConfig)
-    dapo: DapoConfig = field(default_factory=DapoConfig)
+
+    if TYPE_CHECKING:  # the sections are fields of algorithm_schema()'s subclass
+        def __getattr__(self, section: str) -> Any: ...
 
     def __post_init__(self) -> None:
         _check_choice("algorithm.advantage", self.advantage, tuple(registry.ADVANTAGE_ESTIMATORS))
-        _check_choice("algorithm.prompt_selector", self.prompt_selector, tuple(registry.PROMPT_SELECTORS))
-        _check_choice("algorithm.group_filter", self.group_filter, tuple(registry.GROUP_FILTERS))
-        _check_choice("algorithm.pruner", self.pruner, tuple(registry.PRUNERS))
-        _check_choice("algorithm.rollout_scaler", self.rollout_scaler, tuple(registry.ROLLOUT_SCALERS))
+        _check_choice("algorithm.prompt_selector", self.prompt_selector, tuple(registry.PROMPT_SELECTORS),
+                      _PLUGIN_HINT)
+        _check_choice("algorithm.group_filter", self.group_filter, tuple(registry.GROUP_FILTERS), _PLUGIN_HINT)
+        _check_choice("algorithm.pruner", self.pruner, tuple(registry.PRUNERS), _PLUGIN_HINT)
+        _check_choice("algorithm.rollout_scaler", self.rollout_scaler, tuple(registry.ROLLOUT_SCALERS), _PLUGIN_HINT)
         _check_choice("algorithm.policy_loss", self.policy_loss, tuple(registry.POLICY_LOSSES))
         _check_choice("algorithm.loss_agg", self.loss_agg, AGG_MODES)
         if self.loss_norm_constant is not None:
@@ -295,6 +244,42 @@ class AlgorithmConfig:
         _check_choice("algorithm.kl_kind", self.kl_kind, ("k1", "k2", "k3"))
         if self.kl_coef < 0:
             raise ConfigError(f"algorithm.kl_coef = {self.kl_coef} must be >= 0")
+        for name in registry.sections():
+            section = getattr(self, name, None)
+            try:
+                if hasattr(section, "check"):
+                    section.check()
+            except ValueError as err:  # the message starts with the field's name
+                raise ConfigError(f"algorithm.{name}.{err}") from None
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # The schema class is built at run time: pickle (and deepcopy) rebuild it by its sections.
+        return _algorithm_from_fields, ({f.name: getattr(self, f.name) for f in dataclasses.fields(self)},)
+
+
+if tuple(f.name for f in dataclasses.fields(AlgorithmConfig)) != registry.ALGORITHM_KEYS:  # the names sections may not take
+    raise RuntimeError("fastrl.algorithms.registry.ALGORITHM_KEYS must list AlgorithmConfig's fields")
+
+_PLUGIN_HINT = "(a plug-in component is registered by importing its module: fastrl train --import MODULE)"
+_SCHEMAS: dict[tuple[tuple[str, type], ...], type] = {}
+
+
+def algorithm_schema() -> type:
+    """:class:`AlgorithmConfig` with one field per registered component section
+    (``registry.sections()``, each defaulting to its dataclass's defaults), built once per set of
+    sections: after a plug-in registers a section, the next config read accepts it."""
+    known = tuple(registry.sections().items())
+    if known not in _SCHEMAS:
+        fields = [(name, cls, field(default_factory=cls)) for name, cls in known]
+        schema = dataclasses.make_dataclass("AlgorithmConfig", fields, bases=(AlgorithmConfig,))
+        schema.__module__, schema.__doc__ = __name__, AlgorithmConfig.__doc__
+        _SCHEMAS[known] = schema
+    return _SCHEMAS[known]
+
+
+def _algorithm_from_fields(values: dict[str, Any]) -> AlgorithmConfig:
+    config: AlgorithmConfig = algorithm_schema()(**values)
+    return config
 
 
 @dataclass
@@ -364,8 +349,12 @@ class FastRLConfig:
     model: ModelConfig = field(default_factory=ModelConfig)
     data: DataConfig = field(default_factory=DataConfig)
     rollout: RolloutConfig = field(default_factory=RolloutConfig)
-    algorithm: AlgorithmConfig = field(default_factory=AlgorithmConfig)
+    algorithm: AlgorithmConfig = field(default_factory=lambda: algorithm_schema()())
     trainer: TrainerConfig = field(default_factory=TrainerConfig)
+    # Modules imported before the config is read, so that their components (and sections) are
+    # registered: a config file lists the modules its plug-in components live in; `fastrl train
+    # --import MODULE` adds to the list. Left out of config.yaml while empty (to_dict).
+    imports: list[str] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         if self.data.task == "files" and not self.model.path:
@@ -405,9 +394,9 @@ def check_engine_installed(engine: str, key: str = "rollout.engine") -> None:
                           f"(pip install vllm, on a CUDA machine) or set {key}=hf")
 
 
-def _check_choice(key: str, value: str, choices: Sequence[str]) -> None:
+def _check_choice(key: str, value: str, choices: Sequence[str], hint: str = "") -> None:
     if value not in choices:
-        raise ConfigError(f"{key} = {value!r} is not one of {', '.join(choices)}")
+        raise ConfigError(f"{key} = {value!r} is not one of {', '.join(choices)}" + (f" {hint}" if hint else ""))
 
 
 def valid_keys(cls: type = FastRLConfig, prefix: str = "") -> list[str]:
@@ -476,6 +465,9 @@ def unknown_key_message(key: str) -> str:
     listing = _keys_of(cls, section)
     if len(section) == len(parts):
         return f"{key!r} is a section, not a key. {listing}"
+    if section == ["algorithm"] and len(parts) > 2:  # algorithm.<section>.<key>: maybe a plug-in's
+        listing += (" (a plug-in component's section exists once its module is imported: fastrl train "
+                    "--import MODULE, or imports: [MODULE] in the config)")
     rest = parts[len(section):]
     if rest[0] in _children(cls):  # a value with more parts under it: trainer.seed.x
         return f"unknown key {key!r}: {'.'.join([*section, rest[0]])!r} is a value, not a section. {listing}"
@@ -597,9 +589,13 @@ def load_config(
     overrides: Sequence[str] = (),
     *,
     scale: str | None = None,
+    imports: Sequence[str] = (),
 ) -> FastRLConfig:
-    """Build the run config: defaults, scale, the given YAML (with its defaults), then overrides."""
-    cfg = OmegaConf.structured(FastRLConfig)
+    """Build the run config: defaults, scale, the given YAML (with its defaults), then overrides.
+
+    The modules of ``imports`` (``imports`` of every file, an ``imports=[...]`` override, the
+    ``imports`` argument: ``fastrl train --import``) are imported first, so that the components
+    they register, and their sections, are in the schema the rest is checked against."""
     files: list[tuple[Path, dict[str, Any]]] = []
     base = CONFIG_ROOT / "base" / "default.yaml"
     if base.is_file():
@@ -615,9 +611,11 @@ def load_config(
         raise ConfigError(f"scale {chosen_scale!r} has no file {scale_file}; choose one of {choices}")
     files.extend(_load_yaml_tree(scale_file))
     files.extend(user_files)
+    modules, overrides = _modules_to_import(files, overrides, imports)
+    cfg = OmegaConf.structured(FastRLConfig)  # after the imports: their sections are in the schema
     for path, data in files:
         cfg = _merge(cfg, data, str(path))
-    cfg = _merge(cfg, {"scale": chosen_scale}, "scale")
+    cfg = _merge(cfg, {"scale": chosen_scale, "imports": modules}, "scale")
     for ov in overrides:
         if "=" not in ov:
             raise ConfigError(f"override {ov!r} must look like dotted.key=value")
@@ -633,8 +631,51 @@ def load_config(
         raise ConfigError(str(exc)) from None
 
 
+def _modules_to_import(files: list[tuple[Path, dict[str, Any]]], overrides: Sequence[str],
+                       extra: Sequence[str]) -> tuple[list[str], list[str]]:
+    """Import the modules every file's ``imports``, an ``imports=[...]`` override and ``extra``
+    (``--import``) name, in that order; returns (the modules, once each, the other overrides)."""
+    wanted: list[tuple[str, Any]] = [(str(path), data.pop("imports")) for path, data in files if "imports" in data]
+    rest = []
+    for ov in overrides:
+        if ov.split("=", 1)[0] == "imports":
+            wanted.append((f"override {ov!r}", OmegaConf.to_container(OmegaConf.from_dotlist([ov]))["imports"]))
+        else:
+            rest.append(ov)
+    wanted.append(("--import", list(extra)))
+    modules: dict[str, str] = {}
+    for where, names in wanted:
+        if not isinstance(names, list) or not all(isinstance(n, str) and n for n in names):
+            raise ConfigError(f"{where}: 'imports' must be a list of module names, e.g. imports: [my_pkg.my_pruner]; "
+                              f"got {names!r}")
+        for name in names:
+            modules.setdefault(name, where)
+    for name, where in modules.items():
+        import_component_module(name, where)
+    return list(modules), rest
+
+
+def import_component_module(name: str, where: str = "--import") -> None:
+    """Import a module that registers components; a module that is not there is one line naming
+    it and the fix (an error inside the module keeps its traceback: it is the module's bug)."""
+    try:
+        importlib.import_module(name)
+    except ModuleNotFoundError as exc:
+        missing = exc.name or name
+        if name == missing or name.startswith(missing + "."):
+            raise ConfigError(f"{where}: cannot import module {name!r} (no module named {missing!r}); put the "
+                              "directory that holds it on PYTHONPATH, or pip install its package") from None
+        raise ConfigError(f"{where}: module {name!r} imports {missing!r}, which is not installed; "
+                          f"pip install it") from None
+
+
 def to_dict(cfg: FastRLConfig) -> dict[str, Any]:
-    return dataclasses.asdict(cfg)
+    """The config as a plain tree (config.yaml); ``imports`` only when it lists a module, so a run
+    without plug-ins keeps the identity it had before the key existed."""
+    out = dataclasses.asdict(cfg)
+    if not out["imports"]:
+        del out["imports"]
+    return out
 
 
 def save_config(cfg: FastRLConfig, path: Path) -> None:
