@@ -42,8 +42,8 @@ def test_resume_with_a_changed_config_is_refused_before_any_model(tmp_path: Path
     (run / "final").rename(run / "final.x")  # make it an unfinished run with checkpoints
     saved = (run / "config.yaml").read_text()
     _no_model(monkeypatch)
-    with pytest.raises(R.RunDirError, match=r"algorithm.mdap.tau: 0.8 -> 0.2; .*trainer.lr: 0.0001 -> 0.01"):
-        _train(run, "trainer.total_steps=3", "algorithm.mdap.tau=0.2", "trainer.lr=1e-2")
+    with pytest.raises(R.RunDirError, match=r"algorithm.mdap.tau: 0.8 -> 0.2; .*trainer.optim.lr: 0.0001 -> 0.01"):
+        _train(run, "trainer.total_steps=3", "algorithm.mdap.tau=0.2", "trainer.optim.lr=1e-2")
     with pytest.raises(R.RunDirError, match=r"method: 'fastrl' -> 'grpo'"):
         _train(run, "trainer.total_steps=3", method="grpo")
     assert (run / "config.yaml").read_text() == saved  # the identity is never rewritten
