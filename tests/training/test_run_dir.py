@@ -13,10 +13,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from fastrl.config import load_config, save_config
+from fastrl.config import ModelConfig, OptimConfig, TrainerConfig, load_config, save_config
 from fastrl.training import checkpoint as C
 from fastrl.training import run_dir as R
-from fastrl.config import ModelConfig, OptimConfig, TrainerConfig
 from fastrl.training.actor import Actor
 from fastrl.training.metrics import RunLogger, read_metrics
 
@@ -39,6 +38,21 @@ def test_identity_names_every_changed_key_and_allows_the_resumable_ones(tmp_path
     grpo = load_config("methods/grpo.yaml", [], scale="smoke")
     with pytest.raises(R.RunDirError, match=r"algorithm.pruner: 'mdap' -> 'none'.*method: 'fastrl' -> 'grpo'"):
         R.check_identity(tmp_path, grpo)
+
+
+@pytest.mark.parametrize("scale", ["smoke", "paper"])
+def test_a_run_written_before_the_optim_and_tiny_renames_is_the_same_run(tmp_path: Path, scale: str) -> None:
+    """config.yaml as main 655ab51 wrote it (trainer.lr, model.hidden_size, ..., no betas, eps,
+    offload or model.source) is the identity of the same run under the renamed keys; a real
+    change is still named under its new key."""
+    fixture = Path(__file__).parent / "data" / f"config_655ab51_fastrl_{scale}.yaml"
+    shutil.copy(fixture, tmp_path / R.CONFIG_FILE)
+    assert "lr_warmup_steps" in fixture.read_text() and "optim" not in fixture.read_text()
+    same = load_config("methods/fastrl.yaml", [f"trainer.run_dir={tmp_path}"], scale=scale)
+    R.check_identity(tmp_path, same)
+    for override, change in [("trainer.optim.lr=0.5", "trainer.optim.lr: "), ("trainer.optim.eps=0.1", "trainer.optim.eps: 1e-08 -> 0.1")]:
+        with pytest.raises(R.RunDirError, match=change):
+            R.check_identity(tmp_path, load_config("methods/fastrl.yaml", [override], scale=scale))
 
 
 def test_resumable_keys_exist_in_the_schema() -> None:
