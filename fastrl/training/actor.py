@@ -15,7 +15,7 @@ Modelled on OpenRLHF's DeepSpeed strategy, kept small. Both paths have the same 
   and raises if they differ, which catches the stage-0/1 and plain cases that would not hang).
   A rank with nothing left to train must still call ``backward`` on a zero loss that touches the
   graph (e.g. ``0 * logits.sum()``).
-* **One optimizer step** clips the global gradient norm to ``grad_clip`` (0 disables clipping),
+* **One optimizer step** clips the global gradient norm to ``trainer.optim.grad_clip`` (0: no clipping),
   applies AdamW with the learning rate of a linear warm-up schedule, then zeroes the gradients.
   The reported ``actor/grad_norm`` is the global norm BEFORE clipping. A trainable parameter that
   received no gradient counts as having a zero gradient (weight decay still applies), on both
