@@ -114,7 +114,7 @@ def test_no_validation_set_logs_no_val_metrics(tmp_path: Path) -> None:
 
 def test_the_warm_start_cache_does_not_depend_on_the_cwd(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     seen = []
-    monkeypatch.setattr("fastrl.mini.sft.warm_start", lambda *a, out_root, **k: seen.append(out_root) or out_root)
+    monkeypatch.setattr("fastrl.mini.source.warm_start", lambda *a, out_root, **k: seen.append(out_root) or out_root)
     cfg = api.load_config("methods/grpo.yaml", [], scale="smoke")
     monkeypatch.chdir(tmp_path)
     monkeypatch.delenv("FASTRL_CACHE", raising=False)
