@@ -71,3 +71,11 @@ def test_training_never_builds_or_trains_a_tiny_model() -> None:
         text = path.read_text()
         for name in ("fastrl.mini.builders", "fastrl.mini.sft", "TinyModelSpec", "warm_start("):
             assert name not in text, f"{path.name} uses {name}"
+
+
+def test_one_hf_model_loader() -> None:
+    """The actor, its reference, evaluation and SFT load weights through loaders.load_hf_model only."""
+    package = Path(__file__).resolve().parents[1] / "fastrl"
+    loading = [p.relative_to(package).as_posix() for p in package.rglob("*.py")
+               if "AutoModelFor" in p.read_text() or "Model.from_pretrained" in p.read_text()]
+    assert loading == ["models/loaders.py"]
