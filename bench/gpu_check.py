@@ -473,7 +473,8 @@ def section_paper_step(s: Settings) -> dict[str, Any]:
     import torch
 
     from fastrl.algorithms.pruning import mdap_prune
-    from fastrl.training.actor import Actor, ActorConfig
+    from fastrl.config import ModelConfig, OptimConfig, TrainerConfig
+    from fastrl.training.actor import Actor
     from fastrl.training.update import compute_logprobs
 
     cuda = not s.dry
@@ -487,8 +488,9 @@ def section_paper_step(s: Settings) -> dict[str, Any]:
     reference = copy.deepcopy(model).eval().requires_grad_(False)
     # Plain torch AdamW on the bf16 weights: a 7.6B model's fp32 master weights and moments
     # (ZeRO's bf16 mode) would not fit one GPU beside the reference; the passes are the same.
-    actor = Actor(model, ActorConfig(lr=1e-6, weight_decay=1e-2, grad_clip=1.0, use_deepspeed=False, bf16=False,
-                                     gradient_checkpointing=True, zero_stage=0))
+    # model.dtype float32: the actor's bf16 is DeepSpeed's mode; the plain path steps the weights as they are.
+    trainer = TrainerConfig(optim=OptimConfig(lr=1e-6, weight_decay=1e-2, grad_clip=1.0), use_deepspeed=False, zero_stage=0)
+    actor = Actor(model, trainer, ModelConfig(dtype="float32", gradient_checkpointing=True))
     build_s = time.perf_counter() - t0
     batch = synthetic_batch(prompts, n, prompt_len, max_resp, shape["vocab_size"], seed=0)
     # Warm-up (kernel selection, allocator) on two short responses, outside every timing.

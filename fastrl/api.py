@@ -98,9 +98,9 @@ def sweep(sweep_file: str | Path, overrides: Sequence[str] = (), scale: str | No
 
 def sft(config: str | Path | FastRLConfig = "methods/grpo.yaml", overrides: Sequence[str] = (),
         scale: str | None = None) -> Path:
-    """The config's policy directory: ``model.path`` when given, else the tiny model's SFT warm
-    start for the task, built (or read from the cache: ``$FASTRL_CACHE/sft``, else
-    ``<repository>/.cache/sft``)."""
+    """The config's policy directory: ``model.path`` for ``model.source = path``; for ``tiny`` the
+    tiny model's SFT warm start for the task, built by ``fastrl.mini`` (or read from the cache:
+    ``$FASTRL_CACHE/sft``, else ``<repository>/.cache/sft``)."""
     from fastrl.training.setup import resolve_policy_path
 
     return Path(resolve_policy_path(_config(config, overrides, scale)))

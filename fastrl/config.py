@@ -37,6 +37,7 @@ class ConfigError(ValueError):
 
 # The one list of each model / engine choice (torch-free here; fastrl.mini.builders, fastrl.models.device,
 # fastrl.policy and the CLI read them).
+MODEL_SOURCES: tuple[str, ...] = ("path", "tiny")  # model.path, or fastrl.mini's tiny model + SFT warm start
 MODEL_KINDS: tuple[str, ...] = ("qwen2", "llama", "qwen2_5_vl")  # tiny models; a real path decides by itself
 MODEL_DTYPES: tuple[str, ...] = ("float32", "bfloat16")
 MODEL_DEVICES: tuple[str, ...] = ("auto", "cpu", "cuda")
@@ -47,15 +48,29 @@ PROMPT_LENGTH_POLICIES: tuple[str, ...] = ("filter", "error")
 
 
 @dataclass
-class ModelConfig:
-    # Empty path = build the tiny mini-scale model from the fields below and warm-start it by SFT.
-    path: str = ""
-    kind: str = "qwen2"  # qwen2 | llama | qwen2_5_vl (tiny models only; a real path decides by itself)
+class TinyModelConfig:
+    """``model.tiny``: the tiny mini/smoke-scale model of ``model.source = tiny`` and its SFT warm
+    start, both built by ``fastrl.mini`` (its architecture family is ``model.kind``)."""
+
     hidden_size: int = 128
     num_layers: int = 2
     num_heads: int = 2
     num_kv_heads: int = 2
     intermediate_size: int = 256
+    sft_steps: int = 600
+    sft_lr: float = 3e-3
+    sft_batch_size: int = 32
+    # Fraction of SFT examples whose boxed answer is wrong (reasoning intact): see fastrl/mini/sft.py.
+    sft_answer_noise: float = 0.0
+
+
+@dataclass
+class ModelConfig:
+    # path: load model.path (a hub id or a folder); tiny: build the tiny model of model.kind and
+    # model.tiny and warm-start it by SFT on the task (fastrl.mini; mini and smoke scales).
+    source: str = "tiny"  # path | tiny
+    path: str = ""
+    kind: str = "qwen2"  # qwen2 | llama | qwen2_5_vl: the tiny model's family (a path's config.json decides by itself)
     dtype: str = "float32"  # float32 | bfloat16
     # auto = cuda when torch.cuda.is_available(), else cpu (fastrl.models.device.resolve_device);
     # the policy, its reference, SFT, HF generation and evaluation all use it.
@@ -64,17 +79,20 @@ class ModelConfig:
     # config's). The tiny VL stand-ins keep the fixed image size they were built with.
     min_pixels: int = 262144
     max_pixels: int = 4194304
-    sft_steps: int = 600
-    sft_lr: float = 3e-3
-    sft_batch_size: int = 32
-    # Fraction of SFT examples whose boxed answer is wrong (reasoning intact): see fastrl/mini/sft.py.
-    sft_answer_noise: float = 0.0
     gradient_checkpointing: bool = False
+    tiny: TinyModelConfig = field(default_factory=TinyModelConfig)
 
     def __post_init__(self) -> None:
+        _check_choice("model.source", self.source, MODEL_SOURCES)
         _check_choice("model.kind", self.kind, MODEL_KINDS)
         _check_choice("model.dtype", self.dtype, MODEL_DTYPES)
         _check_choice("model.device", self.device, MODEL_DEVICES)
+        if self.source == "path" and not self.path:
+            raise ConfigError("model.source = path needs model.path (a hub id or a model folder); "
+                              "model.source=tiny builds the tiny mini-scale model instead")
+        if self.source == "tiny" and self.path:
+            raise ConfigError(f"model.path = {self.path!r} is set but model.source = tiny builds the tiny model; "
+                              "set model.source=path to train it (or drop model.path)")
         if not 0 < self.min_pixels <= self.max_pixels:
             raise ConfigError(f"model.min_pixels = {self.min_pixels} and model.max_pixels = {self.max_pixels}: "
                               "need 0 < min_pixels <= max_pixels")
@@ -283,6 +301,32 @@ def _algorithm_from_fields(values: dict[str, Any]) -> AlgorithmConfig:
 
 
 @dataclass
+class OptimConfig:
+    """``trainer.optim``: the actor's AdamW, its gradient clipping and its LR schedule, read by
+    ``fastrl.training.actor`` as they are (defaults: torch's AdamW betas and eps)."""
+
+    lr: float = 1e-4
+    betas: tuple[float, float] = (0.9, 0.999)
+    eps: float = 1e-8
+    weight_decay: float = 0.0
+    grad_clip: float = 1.0  # max global grad norm before the step; 0: no clipping
+    warmup_steps: int = 0  # linear warm-up: optimizer step t (0-based) uses lr * min(1, (t + 1) / warmup_steps)
+    # ZeRO-Offload: the optimizer state on the CPU (DeepSpeedCPUAdam); needs DeepSpeed and ZeRO >= 1.
+    offload: bool = False
+
+    def __post_init__(self) -> None:
+        if not self.lr > 0 or self.weight_decay < 0 or self.grad_clip < 0:
+            raise ConfigError(f"trainer.optim.lr = {self.lr}, trainer.optim.weight_decay = {self.weight_decay}, "
+                              f"trainer.optim.grad_clip = {self.grad_clip}: need lr > 0, weight_decay >= 0, "
+                              "grad_clip >= 0 (0: no clipping)")
+        if not all(0.0 <= b < 1.0 for b in self.betas) or not self.eps > 0:
+            raise ConfigError(f"trainer.optim.betas = {list(self.betas)}, trainer.optim.eps = {self.eps}: "
+                              "need each beta in [0, 1) and eps > 0")
+        if self.warmup_steps < 0:
+            raise ConfigError(f"trainer.optim.warmup_steps = {self.warmup_steps} must be >= 0 (0: off)")
+
+
+@dataclass
 class TrainerConfig:
     run_dir: str = "runs/default"
     seed: int = 1
@@ -298,10 +342,9 @@ class TrainerConfig:
     mini_batch_size: int = 64
     mini_batch_divisor: int = 1
     micro_batch_size: int = 16  # trajectories per forward/backward, per rank
-    lr: float = 1e-4
-    weight_decay: float = 0.0
-    grad_clip: float = 1.0
-    lr_warmup_steps: int = 0
+    optim: OptimConfig = field(default_factory=OptimConfig)
+    # The data-parallel world (nodes x GPUs per node) is the launcher's (torchrun / deepspeed
+    # environment: WORLD_SIZE, RANK, LOCAL_RANK), not a key here: docs/architecture.md, Multi-node.
     use_deepspeed: bool = True
     zero_stage: int = 2
     val_every: int = 0  # 0: validate only before and after training
@@ -323,18 +366,19 @@ class TrainerConfig:
         if self.mini_batch_size % self.mini_batch_divisor:
             raise ConfigError(f"trainer.mini_batch_size = {self.mini_batch_size} is not divisible by "
                               f"trainer.mini_batch_divisor = {self.mini_batch_divisor}")
-        for key in ("val_every", "save_every", "lr_warmup_steps", "torch_threads"):
+        for key in ("val_every", "save_every", "torch_threads"):
             if getattr(self, key) < 0:
                 raise ConfigError(f"trainer.{key} = {getattr(self, key)} must be >= 0 (0: off)")
         if self.keep_checkpoints < 1:
             raise ConfigError(f"trainer.keep_checkpoints = {self.keep_checkpoints} must be >= 1 (the latest checkpoint "
                               "is what a resume reads); trainer.save_every = 0 turns checkpoints off")
-        if not self.lr > 0 or self.weight_decay < 0 or self.grad_clip < 0:
-            raise ConfigError(f"trainer.lr = {self.lr}, trainer.weight_decay = {self.weight_decay}, trainer.grad_clip = "
-                              f"{self.grad_clip}: need lr > 0, weight_decay >= 0, grad_clip >= 0 (0: no clipping)")
         if self.zero_stage == 3 and not self.use_deepspeed:
             raise ConfigError("trainer.zero_stage = 3 shards the model with DeepSpeed, but trainer.use_deepspeed = false "
                               "trains without it; set trainer.use_deepspeed=true or trainer.zero_stage=0")
+        if self.optim.offload and (not self.use_deepspeed or self.zero_stage == 0):
+            raise ConfigError(f"trainer.optim.offload = true needs DeepSpeed ZeRO >= 1 (now trainer.use_deepspeed = "
+                              f"{str(self.use_deepspeed).lower()}, trainer.zero_stage = {self.zero_stage}); "
+                              "set trainer.optim.offload=false")
 
     @property
     def effective_mini_batch(self) -> int:
@@ -357,13 +401,18 @@ class FastRLConfig:
     imports: list[str] = field(default_factory=list)
 
     def __post_init__(self) -> None:
-        if self.data.task == "files" and not self.model.path:
-            raise ConfigError("data.task = files needs model.path (the policy to train): the tiny model's SFT warm "
-                              "start exists only for the generated tasks (mini-math, mini-geo, ...)")
-        if self.model.dtype == "bfloat16" and not self.trainer.use_deepspeed:
-            raise ConfigError("model.dtype = bfloat16 needs trainer.use_deepspeed = true (the plain torch path trains "
-                              "float32 weights); set model.dtype=float32 or trainer.use_deepspeed=true")
+        if self.data.task == "files" and self.model.source != "path":
+            raise ConfigError("data.task = files needs model.source = path and model.path (the policy to train): the tiny "
+                              "model's SFT warm start exists only for the generated tasks (mini-math, mini-geo, ...)")
+        check_precision(self.model, self.trainer)
         _check_mini_batch(self.trainer, self.rollout)
+
+
+def check_precision(model: ModelConfig, trainer: TrainerConfig) -> None:
+    """bf16 weights train under DeepSpeed only (a run config and the actor check it alike)."""
+    if model.dtype == "bfloat16" and not trainer.use_deepspeed:
+        raise ConfigError("model.dtype = bfloat16 needs trainer.use_deepspeed = true (the plain torch path trains "
+                          "float32 weights); set model.dtype=float32 or trainer.use_deepspeed=true")
 
 
 def _check_mini_batch(t: TrainerConfig, r: RolloutConfig) -> None:

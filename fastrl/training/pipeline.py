@@ -360,8 +360,8 @@ class Trainer:
     def _check_finite(self, loss: torch.Tensor, what: str) -> None:
         if not torch.isfinite(loss).all():
             raise TrainingError(
-                f"{what} is {loss.item()} at step {self.state.step} (run {self.run_dir}); lower trainer.lr "
-                f"(now {self.cfg.trainer.lr}) or check rewards/advantages for NaN"
+                f"{what} is {loss.item()} at step {self.state.step} (run {self.run_dir}); lower trainer.optim.lr "
+                f"(now {self.cfg.trainer.optim.lr}) or check rewards/advantages for NaN"
             )
 
     def update_statistics(self, batch: RolloutBatch, kept: RolloutBatch) -> dict[str, float]:

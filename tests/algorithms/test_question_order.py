@@ -103,7 +103,7 @@ def test_training_files_carry_their_row_as_question_id(tmp_path):
         path.write_text("".join(json.dumps({"uid": f"{name}-{i}", "problem": f"{i} + 1 ?", "images": [], "answer": "1",
                                             "source": "t", "meta": {}}) + "\n" for i in range(n)))
         files.append(str(path))
-    cfg = load_config("methods/fastrl.yaml", ["data.task=files", "model.path=some/model", f"data.train_files=[{','.join(files)}]",
+    cfg = load_config("methods/fastrl.yaml", ["data.task=files", "model.source=path", "model.path=some/model", f"data.train_files=[{','.join(files)}]",
                                               f"data.val_files=[{files[1]}]"], scale="smoke")
     train, val, _ = load_datasets(cfg)
     assert [r.row_id for r in train] == [0, 1, 2, 3, 4]  # file after file, as the release's start_question_id
