@@ -435,7 +435,7 @@ def _one_step(name: str, actor: Any, reference: Any, batch: Any, *, prune: bool,
     """One rollout step's learning half, as the trainer runs it: [MDAP] -> old -> ref -> update."""
     import torch
 
-    from fastrl.algorithms.pruning import mdap_select
+    from fastrl.algorithms.pruning import mdap_prune
     from fastrl.training.update import LossSettings, compute_logprobs, plan_minibatches, rank_plan, update_policy
 
     if cuda:
@@ -443,8 +443,8 @@ def _one_step(name: str, actor: Any, reference: Any, batch: Any, *, prune: bool,
     clock = _Clock(cuda)
     kept = batch
     if prune:
-        index = clock("mdap", lambda: mdap_select(batch.advantages, batch.uids, batch.response_ids, tau=0.8,
-                                                  align_to=mini_batch))
+        index = clock("mdap", lambda: mdap_prune(batch.advantages, batch.uids, batch.response_ids, tau=0.8,
+                                                 align_to=mini_batch).kept)
         kept = batch.select(index.tolist())
     old = clock("old_log_prob", lambda: compute_logprobs(actor.module, kept, micro_batch_size=micro, pad_id=0))
     ref = clock("ref", lambda: compute_logprobs(reference, kept, micro_batch_size=micro, pad_id=0))
@@ -473,8 +473,9 @@ def section_paper_step(s: Settings) -> dict[str, Any]:
 
     import torch
 
-    from fastrl.algorithms.pruning import mdap_select
-    from fastrl.training.actor import Actor, ActorConfig
+    from fastrl.algorithms.pruning import mdap_prune
+    from fastrl.config import ModelConfig, OptimConfig, TrainerConfig
+    from fastrl.training.actor import Actor
     from fastrl.training.update import compute_logprobs
 
     cuda = not s.dry
@@ -488,8 +489,9 @@ def section_paper_step(s: Settings) -> dict[str, Any]:
     reference = copy.deepcopy(model).eval().requires_grad_(False)
     # Plain torch AdamW on the bf16 weights: a 7.6B model's fp32 master weights and moments
     # (ZeRO's bf16 mode) would not fit one GPU beside the reference; the passes are the same.
-    actor = Actor(model, ActorConfig(lr=1e-6, weight_decay=1e-2, grad_clip=1.0, use_deepspeed=False, bf16=False,
-                                     gradient_checkpointing=True, zero_stage=0))
+    # model.dtype float32: the actor's bf16 is DeepSpeed's mode; the plain path steps the weights as they are.
+    trainer = TrainerConfig(optim=OptimConfig(lr=1e-6, weight_decay=1e-2, grad_clip=1.0), use_deepspeed=False, zero_stage=0)
+    actor = Actor(model, trainer, ModelConfig(dtype="float32", gradient_checkpointing=True))
     build_s = time.perf_counter() - t0
     batch = synthetic_batch(prompts, n, prompt_len, max_resp, shape["vocab_size"], seed=0)
     # Warm-up (kernel selection, allocator) on two short responses, outside every timing.
@@ -500,7 +502,7 @@ def section_paper_step(s: Settings) -> dict[str, Any]:
     mdap_times = []
     for _ in range(5):
         t = time.perf_counter()
-        mdap_select(batch.advantages, batch.uids, batch.response_ids, tau=0.8, align_to=prompts * n // 4)
+        mdap_prune(batch.advantages, batch.uids, batch.response_ids, tau=0.8, align_to=prompts * n // 4).kept
         mdap_times.append(time.perf_counter() - t)
     mdap_s = sorted(mdap_times)[len(mdap_times) // 2]
     logprob_s = grpo["timing_s"]["old_log_prob"]

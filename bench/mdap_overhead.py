@@ -47,7 +47,7 @@ import torch  # noqa: E402
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from fastrl.algorithms.advantages import grpo_advantages  # noqa: E402
-from fastrl.algorithms.pruning import mdap_select  # noqa: E402
+from fastrl.algorithms.pruning import mdap_prune  # noqa: E402
 from fastrl.algorithms.similarity import PackedTokens, grouped_jaccard_distances  # noqa: E402
 
 
@@ -163,7 +163,7 @@ def main(argv: list[str] | None = None) -> int:
         total_tokens = int(b["lengths"].sum())
         rows: dict[str, Any] = {"response_tokens": total_tokens, "responses": len(b["uids"])}
         for form in ("lists", "tensors", "packed"):
-            med, runs, kept, cpu = timed(lambda: mdap_select(b["adv"], b["uids"], b[form], tau=args.tau),
+            med, runs, kept, cpu = timed(lambda: mdap_prune(b["adv"], b["uids"], b[form], tau=args.tau).kept,
                                          args.repeats)
             rows[f"mdap_select[{form}]"] = {"median_ms": med, "runs_ms": runs,
                                             "median_cpu_ms": statistics.median(cpu), "cpu_ms": cpu}

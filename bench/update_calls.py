@@ -26,7 +26,7 @@ from typing import Any, Callable
 TABLE1_SHAPE = (
     "data.task=mini-geo", "data.variant=default", "data.ood_variants=[total]", "trainer.prompts_per_step=8",
     "trainer.mini_batch_size=16", "data.num_train=80", "data.num_val=16", "rollout.max_new_tokens=40",
-    "algorithm.ars.period_steps=3", "model.sft_steps=400", "model.kind=qwen2_5_vl", "trainer.seed=1",
+    "algorithm.ars.period_steps=3", "model.tiny.sft_steps=400", "model.kind=qwen2_5_vl", "trainer.seed=1",
     "trainer.progress=false", "trainer.total_steps=10",
 )
 

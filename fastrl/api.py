@@ -36,19 +36,21 @@ def default_accelerator() -> None:
             os.environ["DS_ACCELERATOR"] = "cpu"
 
 
-def _config(config: str | Path | FastRLConfig, overrides: Sequence[str], scale: str | None) -> FastRLConfig:
+def _config(config: str | Path | FastRLConfig, overrides: Sequence[str], scale: str | None,
+            imports: Sequence[str] = ()) -> FastRLConfig:
     if isinstance(config, FastRLConfig):
-        if overrides or scale is not None:
-            raise ConfigError("overrides and scale apply to a config file; a FastRLConfig is used as given")
+        if overrides or scale is not None or imports:
+            raise ConfigError("overrides, scale and imports apply to a config file; a FastRLConfig is used as given")
         return config
-    return load_config(config, list(overrides), scale=scale)
+    return load_config(config, list(overrides), scale=scale, imports=imports)
 
 
 def train(config: str | Path | FastRLConfig, overrides: Sequence[str] = (), scale: str | None = None, *,
-          force_new: bool = False) -> dict[str, Any]:
+          force_new: bool = False, imports: Sequence[str] = ()) -> dict[str, Any]:
     """Train one run: ``config`` is a YAML under ``configs/`` (e.g. ``methods/fastrl.yaml``), a path
     or a loaded ``FastRLConfig``; ``overrides`` are ``dotted.key=value`` strings; ``scale`` is
-    ``smoke`` | ``mini`` | ``paper`` (default: the config's, else mini).
+    ``smoke`` | ``mini`` | ``paper`` (default: the config's, else mini); ``imports`` are modules
+    imported before the config is read (plug-in components: ``fastrl train --import``).
 
     An existing run in ``trainer.run_dir`` resumes when the config is its own (up to the keys of
     fastrl.training.run_dir.RESUMABLE_KEYS), else it is a RunDirError; a finished run is not
@@ -60,7 +62,7 @@ def train(config: str | Path | FastRLConfig, overrides: Sequence[str] = (), scal
     ``<run_dir>/final``."""
     from fastrl.training.run_dir import check_unlocked
 
-    cfg = _config(config, overrides, scale)
+    cfg = _config(config, overrides, scale, imports)
     check_unlocked(Path(cfg.trainer.run_dir))  # a run dir in use fails now, not after torch's import
     default_accelerator()
     from fastrl.training.pipeline import Trainer
@@ -96,9 +98,9 @@ def sweep(sweep_file: str | Path, overrides: Sequence[str] = (), scale: str | No
 
 def sft(config: str | Path | FastRLConfig = "methods/grpo.yaml", overrides: Sequence[str] = (),
         scale: str | None = None) -> Path:
-    """The config's policy directory: ``model.path`` when given, else the tiny model's SFT warm
-    start for the task, built (or read from the cache: ``$FASTRL_CACHE/sft``, else
-    ``<repository>/.cache/sft``)."""
+    """The config's policy directory: ``model.path`` for ``model.source = path``; for ``tiny`` the
+    tiny model's SFT warm start for the task, built by ``fastrl.mini`` (or read from the cache:
+    ``$FASTRL_CACHE/sft``, else ``<repository>/.cache/sft``)."""
     from fastrl.training.setup import resolve_policy_path
 
     return Path(resolve_policy_path(_config(config, overrides, scale)))

@@ -1,6 +1,7 @@
 """``fastrl train|sweep|sft|eval|demo`` — the command line.
 
     fastrl train configs/methods/fastrl.yaml --scale mini algorithm.mdap.tau=0.6
+    fastrl train methods/grpo.yaml --import my_pkg.my_pruner algorithm.pruner=keep_top algorithm.keep_top.fraction=0.5
     fastrl sweep configs/tables/tau_sweep.yaml --scale smoke
     fastrl demo
 
@@ -17,7 +18,7 @@ import os
 import sys
 import traceback
 from pathlib import Path
-from typing import Sequence
+from typing import Any, Sequence
 
 from fastrl import api  # torch-free to import: `fastrl --help` stays fast
 from fastrl.config import MODEL_DEVICES, MODEL_DTYPES, PROMPT_LENGTH_POLICIES, ROLLOUT_ENGINES
@@ -26,7 +27,7 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 
 def cmd_train(args: argparse.Namespace) -> int:
-    summary = api.train(args.config, args.overrides, args.scale, force_new=args.force_new)
+    summary = api.train(args.config, args.overrides, args.scale, force_new=args.force_new, imports=args.imports)
     print(json.dumps(summary, indent=2))
     return 0
 
@@ -81,19 +82,28 @@ def cmd_eval(args: argparse.Namespace) -> int:
     return 0
 
 
-def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="fastrl", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    debug_help = "on an error, print the full traceback too (not only the one-line message)"
-    p.add_argument("--debug", action="store_true", help=debug_help)
-    sub = p.add_subparsers(dest="command", required=True)
-
+def _add_train_parser(sub: Any) -> argparse.ArgumentParser:
     t = sub.add_parser("train", help="train one method: fastrl train CONFIG [key=value ...]")
     t.add_argument("config", help="a YAML under configs/ (e.g. methods/fastrl.yaml) or a path")
     t.add_argument("overrides", nargs="*", help="dotted.key=value overrides")
     t.add_argument("--scale", default=None, help="smoke | mini | paper (default: the config's, else mini)")
     t.add_argument("--force-new", action="store_true",
                    help="start over in an existing run dir: its contents move to <run_dir>.replaced-<UTC time>/")
+    t.add_argument("--import", dest="imports", action="append", default=[], metavar="MODULE",
+                   help="import MODULE (on PYTHONPATH) before the config is read, so that the components it "
+                        "registers can be chosen and configured (algorithm.pruner=NAME algorithm.SECTION.KEY=V); "
+                        "repeatable; recorded in the run's config.yaml as `imports`")
     t.set_defaults(func=cmd_train)
+    return t
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="fastrl", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    debug_help = "on an error, print the full traceback too (not only the one-line message)"
+    p.add_argument("--debug", action="store_true", help=debug_help)
+    sub = p.add_subparsers(dest="command", required=True)
+
+    t = _add_train_parser(sub)
 
     s = sub.add_parser("sweep", help="run a sweep file: {base: CONFIG, sweep: {key: [values]}}")
     s.add_argument("sweep")

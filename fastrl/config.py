@@ -14,9 +14,10 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import importlib
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 import yaml
 from omegaconf import DictConfig, OmegaConf
@@ -36,6 +37,7 @@ class ConfigError(ValueError):
 
 # The one list of each model / engine choice (torch-free here; fastrl.mini.builders, fastrl.models.device,
 # fastrl.policy and the CLI read them).
+MODEL_SOURCES: tuple[str, ...] = ("path", "tiny")  # model.path, or fastrl.mini's tiny model + SFT warm start
 MODEL_KINDS: tuple[str, ...] = ("qwen2", "llama", "qwen2_5_vl")  # tiny models; a real path decides by itself
 MODEL_DTYPES: tuple[str, ...] = ("float32", "bfloat16")
 MODEL_DEVICES: tuple[str, ...] = ("auto", "cpu", "cuda")
@@ -46,15 +48,29 @@ PROMPT_LENGTH_POLICIES: tuple[str, ...] = ("filter", "error")
 
 
 @dataclass
-class ModelConfig:
-    # Empty path = build the tiny mini-scale model from the fields below and warm-start it by SFT.
-    path: str = ""
-    kind: str = "qwen2"  # qwen2 | llama | qwen2_5_vl (tiny models only; a real path decides by itself)
+class TinyModelConfig:
+    """``model.tiny``: the tiny mini/smoke-scale model of ``model.source = tiny`` and its SFT warm
+    start, both built by ``fastrl.mini`` (its architecture family is ``model.kind``)."""
+
     hidden_size: int = 128
     num_layers: int = 2
     num_heads: int = 2
     num_kv_heads: int = 2
     intermediate_size: int = 256
+    sft_steps: int = 600
+    sft_lr: float = 3e-3
+    sft_batch_size: int = 32
+    # Fraction of SFT examples whose boxed answer is wrong (reasoning intact): see fastrl/mini/sft.py.
+    sft_answer_noise: float = 0.0
+
+
+@dataclass
+class ModelConfig:
+    # path: load model.path (a hub id or a folder); tiny: build the tiny model of model.kind and
+    # model.tiny and warm-start it by SFT on the task (fastrl.mini; mini and smoke scales).
+    source: str = "tiny"  # path | tiny
+    path: str = ""
+    kind: str = "qwen2"  # qwen2 | llama | qwen2_5_vl: the tiny model's family (a path's config.json decides by itself)
     dtype: str = "float32"  # float32 | bfloat16
     # auto = cuda when torch.cuda.is_available(), else cpu (fastrl.models.device.resolve_device);
     # the policy, its reference, SFT, HF generation and evaluation all use it.
@@ -63,17 +79,20 @@ class ModelConfig:
     # config's). The tiny VL stand-ins keep the fixed image size they were built with.
     min_pixels: int = 262144
     max_pixels: int = 4194304
-    sft_steps: int = 600
-    sft_lr: float = 3e-3
-    sft_batch_size: int = 32
-    # Fraction of SFT examples whose boxed answer is wrong (reasoning intact): see fastrl/mini/sft.py.
-    sft_answer_noise: float = 0.0
     gradient_checkpointing: bool = False
+    tiny: TinyModelConfig = field(default_factory=TinyModelConfig)
 
     def __post_init__(self) -> None:
+        _check_choice("model.source", self.source, MODEL_SOURCES)
         _check_choice("model.kind", self.kind, MODEL_KINDS)
         _check_choice("model.dtype", self.dtype, MODEL_DTYPES)
         _check_choice("model.device", self.device, MODEL_DEVICES)
+        if self.source == "path" and not self.path:
+            raise ConfigError("model.source = path needs model.path (a hub id or a model folder); "
+                              "model.source=tiny builds the tiny mini-scale model instead")
+        if self.source == "tiny" and self.path:
+            raise ConfigError(f"model.path = {self.path!r} is set but model.source = tiny builds the tiny model; "
+                              "set model.source=path to train it (or drop model.path)")
         if not 0 < self.min_pixels <= self.max_pixels:
             raise ConfigError(f"model.min_pixels = {self.min_pixels} and model.max_pixels = {self.max_pixels}: "
                               "need 0 < min_pixels <= max_pixels")
@@ -194,65 +213,15 @@ class RolloutConfig:
         return self.val_n_final or self.val_n
 
 
-# One section per configurable component: its fields are passed whole, as keyword arguments, to
-# the component's factory (fastrl.algorithms.registry.build), which checks them.
-@dataclass
-class MDAPConfig:
-    tau: float = 0.8
-    # release: keep a bucket member iff its Jaccard similarity to the bucket's seed is < 1 - tau
-    # (the authors' released code); greedy: prune iff within tau of any kept member (our earlier reading).
-    # Buckets are advantages rounded to 4 decimals for discrete and continuous rewards alike.
-    rule: str = "release"
-
-
-@dataclass
-class CPPOConfig:
-    prune_rate: float = 0.5
-    # As released, CPPO computes old/ref log-probs on the full batch and prunes after; true prunes first.
-    prune_first: bool = False
-
-
-@dataclass
-class RandomPruneConfig:
-    prune_rate: float = 0.5
-
-
-@dataclass
-class ARSConfig:
-    # release: n = n0 - (g1 - f3) while f3 < g1 (the authors' released code); retention: our earlier
-    # reading (n_min, n_max, beta, headroom, rho_high, grow_step, per_prompt apply to it only).
-    rule: str = "release"
-    n_floor: int = 2  # release: n never goes below this
-    n_min: int = 4
-    n_max: int | None = None  # None: the initial n
-    beta: float = 0.5
-    headroom: int = 1
-    rho_high: float = 0.9
-    grow_step: int = 2
-    period_steps: int = 0  # 0: one period per epoch over the training prompts
-    per_prompt: bool = False
-
-
-@dataclass
-class GresoConfig:
-    p_easy: float = 0.5
-    p_hard: float = 0.5
-    alpha: float = 0.25
-    step_size: float = 0.01
-    p_min: float = 0.05
-    p_max: float = 0.95
-    floor: float = 0.01
-
-
-@dataclass
-class DapoConfig:
-    max_tries: int = 20
-
-
 @dataclass
 class AlgorithmConfig:
+    """``algorithm``: the method's component names and loss settings. The components' own sections
+    (``algorithm.mdap``, ``algorithm.ars``, a plug-in's ``algorithm.<section>``) are fields of
+    :func:`algorithm_schema`, the subclass built from the sections registered in
+    fastrl.algorithms.registry; ``FastRLConfig().algorithm`` is one."""
+
     # Component names, each a key of the fastrl.algorithms.registry table named beside it. A
-    # component is built from its own section below and checks its hyper-parameters itself.
+    # component is built from its own section (registry.sections()), checked when the config is read.
     advantage: str = "grpo"  # ADVANTAGE_ESTIMATORS
     prompt_selector: str = "all"  # PROMPT_SELECTORS
     group_filter: str = "none"  # GROUP_FILTERS
@@ -269,19 +238,17 @@ class AlgorithmConfig:
     loss_norm_constant: float | None = None
     kl_coef: float = 0.01  # 0 disables the KL loss and the reference model
     kl_kind: str = "k3"
-    mdap: MDAPConfig = field(default_factory=MDAPConfig)
-    cppo: CPPOConfig = field(default_factory=CPPOConfig)
-    random: RandomPruneConfig = field(default_factory=RandomPruneConfig)
-    ars: ARSConfig = field(default_factory=ARSConfig)
-    greso: GresoConfig = field(default_factory=GresoConfig)
-    dapo: DapoConfig = field(default_factory=DapoConfig)
+
+    if TYPE_CHECKING:  # the sections are fields of algorithm_schema()'s subclass
+        def __getattr__(self, section: str) -> Any: ...
 
     def __post_init__(self) -> None:
         _check_choice("algorithm.advantage", self.advantage, tuple(registry.ADVANTAGE_ESTIMATORS))
-        _check_choice("algorithm.prompt_selector", self.prompt_selector, tuple(registry.PROMPT_SELECTORS))
-        _check_choice("algorithm.group_filter", self.group_filter, tuple(registry.GROUP_FILTERS))
-        _check_choice("algorithm.pruner", self.pruner, tuple(registry.PRUNERS))
-        _check_choice("algorithm.rollout_scaler", self.rollout_scaler, tuple(registry.ROLLOUT_SCALERS))
+        _check_choice("algorithm.prompt_selector", self.prompt_selector, tuple(registry.PROMPT_SELECTORS),
+                      _PLUGIN_HINT)
+        _check_choice("algorithm.group_filter", self.group_filter, tuple(registry.GROUP_FILTERS), _PLUGIN_HINT)
+        _check_choice("algorithm.pruner", self.pruner, tuple(registry.PRUNERS), _PLUGIN_HINT)
+        _check_choice("algorithm.rollout_scaler", self.rollout_scaler, tuple(registry.ROLLOUT_SCALERS), _PLUGIN_HINT)
         _check_choice("algorithm.policy_loss", self.policy_loss, tuple(registry.POLICY_LOSSES))
         _check_choice("algorithm.loss_agg", self.loss_agg, AGG_MODES)
         if self.loss_norm_constant is not None:
@@ -295,6 +262,68 @@ class AlgorithmConfig:
         _check_choice("algorithm.kl_kind", self.kl_kind, ("k1", "k2", "k3"))
         if self.kl_coef < 0:
             raise ConfigError(f"algorithm.kl_coef = {self.kl_coef} must be >= 0")
+        for name in registry.sections():
+            section = getattr(self, name, None)
+            try:
+                if hasattr(section, "check"):
+                    section.check()
+            except ValueError as err:  # the message starts with the field's name
+                raise ConfigError(f"algorithm.{name}.{err}") from None
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # The schema class is built at run time: pickle (and deepcopy) rebuild it by its sections.
+        return _algorithm_from_fields, ({f.name: getattr(self, f.name) for f in dataclasses.fields(self)},)
+
+
+if tuple(f.name for f in dataclasses.fields(AlgorithmConfig)) != registry.ALGORITHM_KEYS:  # the names sections may not take
+    raise RuntimeError("fastrl.algorithms.registry.ALGORITHM_KEYS must list AlgorithmConfig's fields")
+
+_PLUGIN_HINT = "(a plug-in component is registered by importing its module: fastrl train --import MODULE)"
+_SCHEMAS: dict[tuple[tuple[str, type], ...], type] = {}
+
+
+def algorithm_schema() -> type:
+    """:class:`AlgorithmConfig` with one field per registered component section
+    (``registry.sections()``, each defaulting to its dataclass's defaults), built once per set of
+    sections: after a plug-in registers a section, the next config read accepts it."""
+    known = tuple(registry.sections().items())
+    if known not in _SCHEMAS:
+        fields = [(name, cls, field(default_factory=cls)) for name, cls in known]
+        schema = dataclasses.make_dataclass("AlgorithmConfig", fields, bases=(AlgorithmConfig,))
+        schema.__module__, schema.__doc__ = __name__, AlgorithmConfig.__doc__
+        _SCHEMAS[known] = schema
+    return _SCHEMAS[known]
+
+
+def _algorithm_from_fields(values: dict[str, Any]) -> AlgorithmConfig:
+    config: AlgorithmConfig = algorithm_schema()(**values)
+    return config
+
+
+@dataclass
+class OptimConfig:
+    """``trainer.optim``: the actor's AdamW, its gradient clipping and its LR schedule, read by
+    ``fastrl.training.actor`` as they are (defaults: torch's AdamW betas and eps)."""
+
+    lr: float = 1e-4
+    betas: tuple[float, float] = (0.9, 0.999)
+    eps: float = 1e-8
+    weight_decay: float = 0.0
+    grad_clip: float = 1.0  # max global grad norm before the step; 0: no clipping
+    warmup_steps: int = 0  # linear warm-up: optimizer step t (0-based) uses lr * min(1, (t + 1) / warmup_steps)
+    # ZeRO-Offload: the optimizer state on the CPU (DeepSpeedCPUAdam); needs DeepSpeed and ZeRO >= 1.
+    offload: bool = False
+
+    def __post_init__(self) -> None:
+        if not self.lr > 0 or self.weight_decay < 0 or self.grad_clip < 0:
+            raise ConfigError(f"trainer.optim.lr = {self.lr}, trainer.optim.weight_decay = {self.weight_decay}, "
+                              f"trainer.optim.grad_clip = {self.grad_clip}: need lr > 0, weight_decay >= 0, "
+                              "grad_clip >= 0 (0: no clipping)")
+        if not all(0.0 <= b < 1.0 for b in self.betas) or not self.eps > 0:
+            raise ConfigError(f"trainer.optim.betas = {list(self.betas)}, trainer.optim.eps = {self.eps}: "
+                              "need each beta in [0, 1) and eps > 0")
+        if self.warmup_steps < 0:
+            raise ConfigError(f"trainer.optim.warmup_steps = {self.warmup_steps} must be >= 0 (0: off)")
 
 
 @dataclass
@@ -313,10 +342,9 @@ class TrainerConfig:
     mini_batch_size: int = 64
     mini_batch_divisor: int = 1
     micro_batch_size: int = 16  # trajectories per forward/backward, per rank
-    lr: float = 1e-4
-    weight_decay: float = 0.0
-    grad_clip: float = 1.0
-    lr_warmup_steps: int = 0
+    optim: OptimConfig = field(default_factory=OptimConfig)
+    # The data-parallel world (nodes x GPUs per node) is the launcher's (torchrun / deepspeed
+    # environment: WORLD_SIZE, RANK, LOCAL_RANK), not a key here: docs/architecture.md, Multi-node.
     use_deepspeed: bool = True
     zero_stage: int = 2
     val_every: int = 0  # 0: validate only before and after training
@@ -338,18 +366,19 @@ class TrainerConfig:
         if self.mini_batch_size % self.mini_batch_divisor:
             raise ConfigError(f"trainer.mini_batch_size = {self.mini_batch_size} is not divisible by "
                               f"trainer.mini_batch_divisor = {self.mini_batch_divisor}")
-        for key in ("val_every", "save_every", "lr_warmup_steps", "torch_threads"):
+        for key in ("val_every", "save_every", "torch_threads"):
             if getattr(self, key) < 0:
                 raise ConfigError(f"trainer.{key} = {getattr(self, key)} must be >= 0 (0: off)")
         if self.keep_checkpoints < 1:
             raise ConfigError(f"trainer.keep_checkpoints = {self.keep_checkpoints} must be >= 1 (the latest checkpoint "
                               "is what a resume reads); trainer.save_every = 0 turns checkpoints off")
-        if not self.lr > 0 or self.weight_decay < 0 or self.grad_clip < 0:
-            raise ConfigError(f"trainer.lr = {self.lr}, trainer.weight_decay = {self.weight_decay}, trainer.grad_clip = "
-                              f"{self.grad_clip}: need lr > 0, weight_decay >= 0, grad_clip >= 0 (0: no clipping)")
         if self.zero_stage == 3 and not self.use_deepspeed:
             raise ConfigError("trainer.zero_stage = 3 shards the model with DeepSpeed, but trainer.use_deepspeed = false "
                               "trains without it; set trainer.use_deepspeed=true or trainer.zero_stage=0")
+        if self.optim.offload and (not self.use_deepspeed or self.zero_stage == 0):
+            raise ConfigError(f"trainer.optim.offload = true needs DeepSpeed ZeRO >= 1 (now trainer.use_deepspeed = "
+                              f"{str(self.use_deepspeed).lower()}, trainer.zero_stage = {self.zero_stage}); "
+                              "set trainer.optim.offload=false")
 
     @property
     def effective_mini_batch(self) -> int:
@@ -364,17 +393,26 @@ class FastRLConfig:
     model: ModelConfig = field(default_factory=ModelConfig)
     data: DataConfig = field(default_factory=DataConfig)
     rollout: RolloutConfig = field(default_factory=RolloutConfig)
-    algorithm: AlgorithmConfig = field(default_factory=AlgorithmConfig)
+    algorithm: AlgorithmConfig = field(default_factory=lambda: algorithm_schema()())
     trainer: TrainerConfig = field(default_factory=TrainerConfig)
+    # Modules imported before the config is read, so that their components (and sections) are
+    # registered: a config file lists the modules its plug-in components live in; `fastrl train
+    # --import MODULE` adds to the list. Left out of config.yaml while empty (to_dict).
+    imports: list[str] = field(default_factory=list)
 
     def __post_init__(self) -> None:
-        if self.data.task == "files" and not self.model.path:
-            raise ConfigError("data.task = files needs model.path (the policy to train): the tiny model's SFT warm "
-                              "start exists only for the generated tasks (mini-math, mini-geo, ...)")
-        if self.model.dtype == "bfloat16" and not self.trainer.use_deepspeed:
-            raise ConfigError("model.dtype = bfloat16 needs trainer.use_deepspeed = true (the plain torch path trains "
-                              "float32 weights); set model.dtype=float32 or trainer.use_deepspeed=true")
+        if self.data.task == "files" and self.model.source != "path":
+            raise ConfigError("data.task = files needs model.source = path and model.path (the policy to train): the tiny "
+                              "model's SFT warm start exists only for the generated tasks (mini-math, mini-geo, ...)")
+        check_precision(self.model, self.trainer)
         _check_mini_batch(self.trainer, self.rollout)
+
+
+def check_precision(model: ModelConfig, trainer: TrainerConfig) -> None:
+    """bf16 weights train under DeepSpeed only (a run config and the actor check it alike)."""
+    if model.dtype == "bfloat16" and not trainer.use_deepspeed:
+        raise ConfigError("model.dtype = bfloat16 needs trainer.use_deepspeed = true (the plain torch path trains "
+                          "float32 weights); set model.dtype=float32 or trainer.use_deepspeed=true")
 
 
 def _check_mini_batch(t: TrainerConfig, r: RolloutConfig) -> None:
@@ -405,9 +443,9 @@ def check_engine_installed(engine: str, key: str = "rollout.engine") -> None:
                           f"(pip install vllm, on a CUDA machine) or set {key}=hf")
 
 
-def _check_choice(key: str, value: str, choices: Sequence[str]) -> None:
+def _check_choice(key: str, value: str, choices: Sequence[str], hint: str = "") -> None:
     if value not in choices:
-        raise ConfigError(f"{key} = {value!r} is not one of {', '.join(choices)}")
+        raise ConfigError(f"{key} = {value!r} is not one of {', '.join(choices)}" + (f" {hint}" if hint else ""))
 
 
 def valid_keys(cls: type = FastRLConfig, prefix: str = "") -> list[str]:
@@ -476,6 +514,9 @@ def unknown_key_message(key: str) -> str:
     listing = _keys_of(cls, section)
     if len(section) == len(parts):
         return f"{key!r} is a section, not a key. {listing}"
+    if section == ["algorithm"] and len(parts) > 2:  # algorithm.<section>.<key>: maybe a plug-in's
+        listing += (" (a plug-in component's section exists once its module is imported: fastrl train "
+                    "--import MODULE, or imports: [MODULE] in the config)")
     rest = parts[len(section):]
     if rest[0] in _children(cls):  # a value with more parts under it: trainer.seed.x
         return f"unknown key {key!r}: {'.'.join([*section, rest[0]])!r} is a value, not a section. {listing}"
@@ -597,9 +638,13 @@ def load_config(
     overrides: Sequence[str] = (),
     *,
     scale: str | None = None,
+    imports: Sequence[str] = (),
 ) -> FastRLConfig:
-    """Build the run config: defaults, scale, the given YAML (with its defaults), then overrides."""
-    cfg = OmegaConf.structured(FastRLConfig)
+    """Build the run config: defaults, scale, the given YAML (with its defaults), then overrides.
+
+    The modules of ``imports`` (``imports`` of every file, an ``imports=[...]`` override, the
+    ``imports`` argument: ``fastrl train --import``) are imported first, so that the components
+    they register, and their sections, are in the schema the rest is checked against."""
     files: list[tuple[Path, dict[str, Any]]] = []
     base = CONFIG_ROOT / "base" / "default.yaml"
     if base.is_file():
@@ -615,9 +660,11 @@ def load_config(
         raise ConfigError(f"scale {chosen_scale!r} has no file {scale_file}; choose one of {choices}")
     files.extend(_load_yaml_tree(scale_file))
     files.extend(user_files)
+    modules, overrides = _modules_to_import(files, overrides, imports)
+    cfg = OmegaConf.structured(FastRLConfig)  # after the imports: their sections are in the schema
     for path, data in files:
         cfg = _merge(cfg, data, str(path))
-    cfg = _merge(cfg, {"scale": chosen_scale}, "scale")
+    cfg = _merge(cfg, {"scale": chosen_scale, "imports": modules}, "scale")
     for ov in overrides:
         if "=" not in ov:
             raise ConfigError(f"override {ov!r} must look like dotted.key=value")
@@ -633,8 +680,51 @@ def load_config(
         raise ConfigError(str(exc)) from None
 
 
+def _modules_to_import(files: list[tuple[Path, dict[str, Any]]], overrides: Sequence[str],
+                       extra: Sequence[str]) -> tuple[list[str], list[str]]:
+    """Import the modules every file's ``imports``, an ``imports=[...]`` override and ``extra``
+    (``--import``) name, in that order; returns (the modules, once each, the other overrides)."""
+    wanted: list[tuple[str, Any]] = [(str(path), data.pop("imports")) for path, data in files if "imports" in data]
+    rest = []
+    for ov in overrides:
+        if ov.split("=", 1)[0] == "imports":
+            wanted.append((f"override {ov!r}", OmegaConf.to_container(OmegaConf.from_dotlist([ov]))["imports"]))
+        else:
+            rest.append(ov)
+    wanted.append(("--import", list(extra)))
+    modules: dict[str, str] = {}
+    for where, names in wanted:
+        if not isinstance(names, list) or not all(isinstance(n, str) and n for n in names):
+            raise ConfigError(f"{where}: 'imports' must be a list of module names, e.g. imports: [my_pkg.my_pruner]; "
+                              f"got {names!r}")
+        for name in names:
+            modules.setdefault(name, where)
+    for name, where in modules.items():
+        import_component_module(name, where)
+    return list(modules), rest
+
+
+def import_component_module(name: str, where: str = "--import") -> None:
+    """Import a module that registers components; a module that is not there is one line naming
+    it and the fix (an error inside the module keeps its traceback: it is the module's bug)."""
+    try:
+        importlib.import_module(name)
+    except ModuleNotFoundError as exc:
+        missing = exc.name or name
+        if name == missing or name.startswith(missing + "."):
+            raise ConfigError(f"{where}: cannot import module {name!r} (no module named {missing!r}); put the "
+                              "directory that holds it on PYTHONPATH, or pip install its package") from None
+        raise ConfigError(f"{where}: module {name!r} imports {missing!r}, which is not installed; "
+                          f"pip install it") from None
+
+
 def to_dict(cfg: FastRLConfig) -> dict[str, Any]:
-    return dataclasses.asdict(cfg)
+    """The config as a plain tree (config.yaml); ``imports`` only when it lists a module, so a run
+    without plug-ins keeps the identity it had before the key existed."""
+    out = dataclasses.asdict(cfg)
+    if not out["imports"]:
+        del out["imports"]
+    return out
 
 
 def save_config(cfg: FastRLConfig, path: Path) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -55,7 +56,7 @@ def test_overrides_and_scale_precedence():
         ("algorithm.mdap.tua=0.3", "unknown key 'algorithm.mdap.tua'"),
         ("trainer.total_steps=many", "trainer.total_steps"),
         ("algorithm.pruner=magic", "algorithm.pruner = 'magic' is not one of none, mdap, cppo, random, advantage_only"),
-        ("algorithm.rollout_scaler=adaptive", "algorithm.rollout_scaler = 'adaptive' is not one of fixed, ars"),
+        ("algorithm.rollout_scaler=adaptive", "algorithm.rollout_scaler = 'adaptive' is not one of fixed, ars, ars_retention"),
         ("rollout.n=1", "at least 2"),
         ("nokey", "dotted.key=value"),
     ],
@@ -79,7 +80,7 @@ def test_unknown_override_suggests_the_nearest_key_and_lists_only_its_section():
     "key, suggestion, listing",
     [
         ("trainr.seed", "did you mean 'trainer.seed'?",
-         "Top-level keys: method, scale; sections: model, data, rollout, algorithm, trainer"),
+         "Top-level keys: method, scale, imports; sections: model, data, rollout, algorithm, trainer"),
         ("trainer.total_step", "did you mean 'trainer.total_steps'?", "Keys of trainer: run_dir, seed,"),
         ("algorithm.tau", "did you mean 'algorithm.mdap.tau'?", "sections: mdap, cppo, random, ars, greso, dapo"),
         ("algorithm.mdap.xyz", "unknown key 'algorithm.mdap.xyz'. Keys", "Keys of algorithm.mdap: tau, rule"),
@@ -146,9 +147,71 @@ def test_component_names_are_the_registry_names(monkeypatch):
         load_config("methods/grpo.yaml", ["algorithm.pruner=keep_positive"])
 
 
-def test_hyperparameters_are_left_to_their_component():
-    """tau is checked once, by the pruner built from algorithm.mdap (tests/training/test_components.py)."""
-    assert load_config("methods/grpo.yaml", ["algorithm.mdap.tau=1.5"]).algorithm.mdap.tau == 1.5
+def test_a_section_is_checked_by_its_own_dataclass_when_read():
+    """The section's check() (fastrl.algorithms.sections), reported as the dotted key."""
+    with pytest.raises(ConfigError, match=r"^algorithm.mdap.tau = 1.5 must lie in \[0, 1\]$"):
+        load_config("methods/grpo.yaml", ["algorithm.mdap.tau=1.5"])
+
+
+@dataclass
+class KeepTopConfig:
+    fraction: float = 0.5
+
+
+def test_the_schema_holds_every_registered_section_in_the_order_config_yaml_had(tmp_path: Path):
+    from fastrl.algorithms import registry
+    from fastrl.algorithms.sections import ARSConfig, MDAPConfig
+    from fastrl.config import FastRLConfig, to_dict
+
+    cfg = load_config("methods/fastrl.yaml", scale="smoke")
+    assert list(to_dict(cfg))[-1] == "trainer"  # no `imports` key while it is empty
+    assert list(to_dict(cfg)["algorithm"])[-6:] == ["mdap", "cppo", "random", "ars", "greso", "dapo"]
+    assert isinstance(cfg.algorithm.mdap, MDAPConfig) and isinstance(cfg.algorithm.ars, ARSConfig)
+
+    registry.register(registry.PRUNERS, "keep_top_cfg", section="keep_top_cfg", config=KeepTopConfig)(object)
+    try:
+        cfg = load_config("methods/grpo.yaml", ["algorithm.pruner=keep_top_cfg", "algorithm.keep_top_cfg.fraction=0.25"])
+        assert cfg.algorithm.keep_top_cfg == KeepTopConfig(0.25)
+        assert "algorithm.keep_top_cfg.fraction" in valid_keys()
+        save_config(cfg, tmp_path / "config.yaml")
+        again = load_config(tmp_path / "config.yaml")
+        assert to_dict(again) == to_dict(cfg)
+        import copy
+        import pickle
+
+        assert pickle.loads(pickle.dumps(cfg)) == cfg == copy.deepcopy(cfg)
+        with pytest.raises(ConfigError, match="unknown key 'algorithm.keep_top_cfg.fractoin'; did you mean "
+                                              "'algorithm.keep_top_cfg.fraction'"):
+            load_config("methods/grpo.yaml", ["algorithm.keep_top_cfg.fractoin=0.25"])
+    finally:
+        del registry.PRUNERS["keep_top_cfg"]
+    assert not hasattr(FastRLConfig().algorithm, "keep_top_cfg")
+
+
+def test_imports_are_imported_before_the_config_is_read(tmp_path: Path, monkeypatch):
+    from fastrl.algorithms import registry
+
+    (tmp_path / "plug_cfg_mod.py").write_text(
+        "from dataclasses import dataclass\n"
+        "from fastrl.algorithms.registry import PRUNERS, register\n"
+        "@dataclass\nclass C:\n    k: int = 1\n"
+        "register(PRUNERS, 'plug_cfg', section='plug_cfg', config=C)(object)\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    method = tmp_path / "m.yaml"
+    method.write_text("defaults: [methods/grpo.yaml]\nimports: [plug_cfg_mod]\nalgorithm:\n  pruner: plug_cfg\n"
+                      "  plug_cfg: {k: 3}\n")
+    try:
+        cfg = load_config(method, imports=["plug_cfg_mod", "json"])
+        assert cfg.imports == ["plug_cfg_mod", "json"] and cfg.algorithm.plug_cfg.k == 3
+    finally:
+        registry.PRUNERS.pop("plug_cfg", None)
+    with pytest.raises(ConfigError, match=r"^--import: cannot import module 'nope_mod.x' \(no module named 'nope_mod'\); "
+                                          r"put the directory that holds it on PYTHONPATH, or pip install its package$"):
+        load_config("methods/grpo.yaml", imports=["nope_mod.x"])
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("defaults: [methods/grpo.yaml]\nimports: plug_cfg_mod\n")
+    with pytest.raises(ConfigError, match=r"bad.yaml: 'imports' must be a list of module names"):
+        load_config(bad)
 
 
 def test_config_imports_no_torch():

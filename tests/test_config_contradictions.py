@@ -24,8 +24,11 @@ def _load(*overrides: str, config: str = "methods/grpo.yaml"):
     (["trainer.keep_checkpoints=0"], "trainer.keep_checkpoints = 0", ">= 1"),
     (["rollout.temperature=0"], "rollout.temperature = 0", "rollout.val_temperature"),
     (["rollout.top_p=0"], "rollout.top_p = 0", "(0, 1]"),
-    (["trainer.lr=0"], "trainer.lr = 0", "lr > 0"),
-    (["data.task=files", "data.train_files=[t.jsonl]"], "data.task = files needs model.path", "model.path"),
+    (["trainer.optim.lr=0"], "trainer.optim.lr = 0", "lr > 0"),
+    (["data.task=files", "data.train_files=[t.jsonl]"], "data.task = files needs model.source = path", "model.path"),
+    (["model.source=path"], "model.source = path needs model.path", "model.source=tiny"),
+    (["model.path=some/model"], "model.path = 'some/model' is set but model.source = tiny", "model.source=path"),
+    (["trainer.optim.offload=true"], "trainer.optim.offload = true needs DeepSpeed ZeRO >= 1", "trainer.optim.offload=false"),
     (["model.dtype=bfloat16"], "model.dtype = bfloat16", "trainer.use_deepspeed=true"),
 ])
 def test_contradiction_fails_at_load_naming_key_and_fix(overrides, key, fix):

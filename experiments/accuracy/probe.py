@@ -46,9 +46,11 @@ def run_one(root: Path, arm: str, spec: dict[str, Any], common: Sequence[str], s
         return f"{arm} seed {seed}: done before"
     run_dir.mkdir(parents=True, exist_ok=True)
     argv = [sys.executable, "-m", "fastrl.cli", "train", spec["config"], *common, *spec.get("overrides", []),
-            f"trainer.seed={seed}", f"trainer.run_dir={run_dir}", "trainer.resume=false"]
+            f"trainer.seed={seed}", f"trainer.run_dir={run_dir}"]
+    # The trainer's own resume rule: a killed run continues from its checkpoint (its identity is
+    # checked), a fresh one starts. trainer.resume=false would move the log opened here aside.
     start = time.perf_counter()
-    with open(run_dir / "train.log", "w") as log:
+    with open(run_dir / "train.log", "a") as log:
         rc = subprocess.run(argv, stdout=log, stderr=subprocess.STDOUT).returncode
     if rc:
         return f"{arm} seed {seed}: FAILED (rc {rc}, see {run_dir / 'train.log'})"

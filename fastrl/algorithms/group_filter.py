@@ -24,6 +24,7 @@ from torch import Tensor
 
 from fastrl import metric_keys as K
 from fastrl.algorithms._common import as_1d_float, check_positive_int, group_index
+from fastrl.algorithms.sections import DapoConfig
 
 T = TypeVar("T")
 
@@ -71,6 +72,11 @@ class DynamicSamplingBuffer(Generic[T]):
         self.tries = 0
         self.seen_groups = 0
         self._kept: list[tuple[Hashable, T | list[int]]] = []
+
+    @classmethod
+    def from_config(cls, config: DapoConfig, target_groups: int) -> "DynamicSamplingBuffer[T]":
+        """One step's buffer from its section, ``algorithm.dapo``."""
+        return cls(target_groups, max_tries=config.max_tries)
 
     def keep(self, accuracies: Tensor | Sequence[float], uids: Sequence[Hashable]) -> dict[Hashable, bool]:
         """The keep rule for one batch (no state change)."""

@@ -27,6 +27,7 @@ import torch
 from torch import Tensor
 
 from fastrl import metric_keys as K
+from fastrl.algorithms.sections import GresoConfig
 
 _MIXED, _EASY, _HARD = 0, 1, -1
 
@@ -130,6 +131,12 @@ class GresoSelector(AllPromptsSelector):
         self.target_easy = self.alpha / 3.0
         self.target_hard = 2.0 * self.alpha / 3.0
         self._history: dict[Hashable, list[int]] = {}
+
+    @classmethod
+    def from_config(cls, config: GresoConfig) -> "GresoSelector":
+        """GRESO from its section, ``algorithm.greso``."""
+        return cls(p_easy=config.p_easy, p_hard=config.p_hard, alpha=config.alpha, step_size=config.step_size,
+                   p_min=config.p_min, p_max=config.p_max, floor=config.floor)
 
     def history(self, uid: Hashable) -> list[str]:
         """Outcomes recorded for ``uid``, oldest first: 'easy' | 'hard' | 'mixed'."""

@@ -3,7 +3,9 @@
 Every pruner maps a flat batch (advantages [N], uids, optionally token ids) to the *sorted*
 indices of the responses to keep. Groups are ragged (keyed by uid, never ``view(-1, n)``).
 The trainer calls them through the pruner classes at the end of this module (:class:`MDAPPruner`,
-...), which check the hyper-parameters once, when built; the functions take them as given.
+...), one per registered name, each built from its typed config section (its hyper-parameters,
+checked by the section: fastrl.algorithms.sections) and called with a :class:`PruneBatch`; the
+functions take the hyper-parameters as given.
 
 MDAP, released rule (``rule="release"``, the authors' released code; docs/algorithms.md):
 
@@ -38,18 +40,17 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 from fractions import Fraction
-from typing import ClassVar, Hashable, Literal, Sequence
+from typing import Any, ClassVar, Hashable, Mapping, Sequence
 
 import torch
 
 from torch import Tensor
 
 from fastrl import metric_keys as K
-from fastrl.algorithms._common import as_1d_float, check_fraction, check_positive_int, group_index
+from fastrl.algorithms._common import as_1d_float, check_positive_int, group_index
+from fastrl.algorithms.sections import CPPOConfig, MDAPConfig, MDAPRule, RandomPruneConfig
 from fastrl.algorithms.similarity import TokenIds, as_packed, grouped_intersections
 
-MDAPRule = Literal["release", "greedy"]
-MDAP_RULES: tuple[MDAPRule, ...] = ("release", "greedy")
 SIMILARITY_BINS = 10  # histogram of seed-member similarities: [0, 0.1), ..., [0.9, 1.0]
 
 
@@ -242,7 +243,7 @@ def mdap_prune(
         question_ids: length N, the integer question id (dataset row) of each response's question,
             or None per question without one; orders the questions (step 1). None: uid order.
 
-    ``tau`` and ``rule`` are taken as given: :class:`MDAPPruner` checks them once, when built.
+    ``tau`` and ``rule`` are taken as given: :class:`~fastrl.algorithms.sections.MDAPConfig` checks them.
 
     Returns:
         :class:`PruneResult`; ``kept`` is a LongTensor [K], ascending.
@@ -298,25 +299,6 @@ def mdap_prune(
     return _result(keep, qs, align_to, num_buckets, sims)
 
 
-def mdap_select(
-    advantages: Tensor | Sequence[float],
-    uids: Sequence[Hashable],
-    token_ids: TokenIds,
-    *,
-    tau: float = 0.8,
-    align_to: int = 1,
-    rule: MDAPRule = "release",
-    question_ids: Sequence[int | None] | None = None,
-) -> Tensor:
-    """MDAP's kept indices: [N] advantages, N uids, N token sequences -> sorted LongTensor [K].
-
-    K is a multiple of ``align_to`` whenever the batch holds enough pruned responses to refill;
-    see :func:`mdap_prune` for the arguments and the per-step statistics.
-    """
-    return mdap_prune(advantages, uids, token_ids, tau=tau, align_to=align_to, rule=rule,
-                      question_ids=question_ids).kept
-
-
 def advantage_only_prune(
     advantages: Tensor | Sequence[float], uids: Sequence[Hashable], *, align_to: int = 1,
     question_ids: Sequence[int | None] | None = None,
@@ -347,7 +329,7 @@ def cppo_prune(
 
     Ties by |A| go to positive A, then to the earlier response of the question. The release
     applies no alignment (B x k is already a multiple of its mini-batch); ``dp_multiple`` > 1
-    refills as MDAP step 5 does. ``prune_rate`` is taken as given (:class:`CPPOPruner` checks it).
+    refills as MDAP step 5 does. ``prune_rate`` is taken as given (``CPPOConfig.check``).
     """
     where = "cppo_prune"
     _check_align(dp_multiple, where)
@@ -358,13 +340,6 @@ def cppo_prune(
         for r in ranked[: _keep_count(len(mem), prune_rate)]:
             keep[mem[r]] = True
     return _result(keep, qs, dp_multiple)
-
-
-def cppo_select(
-    advantages: Tensor | Sequence[float], uids: Sequence[Hashable], *, prune_rate: float = 0.5, dp_multiple: int = 1
-) -> Tensor:
-    """CPPO's kept indices ([N] advantages, N uids -> sorted LongTensor); see :func:`cppo_prune`."""
-    return cppo_prune(advantages, uids, prune_rate=prune_rate, dp_multiple=dp_multiple).kept
 
 
 def random_prune(
@@ -381,7 +356,7 @@ def random_prune(
     Questions are visited in MDAP's step-1 order (question id, else uid), each drawing ``torch.randperm(n)`` from
     ``generator``, so a seeded generator gives a reproducible, rank-independent choice.
     Advantages are used only by the refill. ``prune_rate`` is taken as given
-    (:class:`RandomPruner` checks it).
+    (``RandomPruneConfig.check``).
     """
     where = "random_prune"
     _check_align(align_to, where)
@@ -414,8 +389,53 @@ def kept_counts(uids: Sequence[Hashable], kept: Tensor | Sequence[int]) -> dict[
 
 
 # ---------------------------------------------------------------------- the trainer's pruners
-# Each is built from its own config section (fastrl.algorithms.registry.PRUNERS), checks its
-# hyper-parameters once there, and is then called with the one signature of registry.Pruner.
+@dataclass(frozen=True)
+class PruneBatch:
+    """What a pruner sees of the step's batch: N responses, one entry per response in each field.
+
+    Attributes:
+        advantages: [N] scalar advantages.
+        uids: the question uid of each response (ragged groups, in batch order).
+        question_ids: each response's question's integer dataset row (None: none); MDAP's step-1 order.
+        response_ids: the response token ids of each response (under the mask, EOS included).
+        rewards: [N] overall rewards.
+        columns: every further per-response column the trainer's batch holds (``accuracies``,
+            ``texts``, ``finish_reasons``, ``engine_logprobs``, ...; old log-probs when a pruner
+            with ``prune_first = False`` runs after those passes), by the batch's own names.
+    """
+
+    advantages: Tensor
+    uids: Sequence[Hashable]
+    question_ids: Sequence[int | None]
+    response_ids: TokenIds
+    rewards: Tensor
+    columns: Mapping[str, Any] = field(default_factory=dict)
+
+    def __len__(self) -> int:
+        return len(self.uids)
+
+    def column(self, name: str) -> Any:
+        """The column ``name``; a ``KeyError`` listing the columns the batch holds if absent."""
+        try:
+            return self.columns[name]
+        except KeyError:
+            raise KeyError(f"the batch has no column {name!r}; it holds: {', '.join(sorted(self.columns))}") from None
+
+
+def prune_result(batch: PruneBatch, keep: Sequence[bool], align_to: int = 1) -> PruneResult:
+    """A pruner's decision (``keep``: one boolean per response of ``batch``) as the trainer takes
+    it: refilled to a multiple of ``align_to`` as MDAP step 5 does (:func:`refill_to_multiple`),
+    with its per-question final counts. For pruners written outside this module."""
+    where = "prune_result"
+    _check_align(align_to, where)
+    qs = _Questions.build(batch.advantages, batch.uids, where, batch.question_ids)
+    if len(keep) != len(qs.adv):
+        raise ValueError(f"{where}: {len(keep)} keep flags for a batch of {len(qs.adv)} responses")
+    return _result([bool(k) for k in keep], qs, align_to)
+
+
+# One class per registered name (fastrl.algorithms.registry.PRUNERS); a pruner with a config
+# section holds its typed section (checked again here, for a pruner built by hand).
 
 
 @dataclass(frozen=True)
@@ -424,64 +444,61 @@ class KeepAllPruner:
 
     prune_first: ClassVar[bool] = True
 
-    def __call__(self, advantages: Tensor, uids: Sequence[Hashable], token_ids: TokenIds, *,
-                 align_to: int = 1, generator: torch.Generator | None = None,
-                 question_ids: Sequence[int | None] | None = None) -> PruneResult:
-        return keep_all_prune(advantages, uids)
+    def __call__(self, batch: PruneBatch, *, align_to: int = 1,
+                 generator: torch.Generator | None = None) -> PruneResult:
+        return keep_all_prune(batch.advantages, batch.uids)
 
 
 @dataclass(frozen=True)
 class MDAPPruner:
-    """MDAP (:func:`mdap_prune`), released rule or greedy variant."""
+    """MDAP (:func:`mdap_prune`), released rule or greedy variant, from ``algorithm.mdap``."""
 
-    tau: float = 0.8
-    rule: MDAPRule = "release"
+    config: MDAPConfig = field(default_factory=MDAPConfig)
     prune_first: ClassVar[bool] = True
 
     def __post_init__(self) -> None:
-        check_fraction(self.tau, "tau", "MDAPPruner")
-        if self.rule not in MDAP_RULES:
-            raise ValueError(f"MDAPPruner: rule = {self.rule!r} is not one of {', '.join(MDAP_RULES)}")
+        self.config.check()
 
-    def __call__(self, advantages: Tensor, uids: Sequence[Hashable], token_ids: TokenIds, *,
-                 align_to: int = 1, generator: torch.Generator | None = None,
-                 question_ids: Sequence[int | None] | None = None) -> PruneResult:
-        return mdap_prune(advantages, uids, token_ids, tau=self.tau, align_to=align_to, rule=self.rule,
-                          question_ids=question_ids)
+    def __call__(self, batch: PruneBatch, *, align_to: int = 1,
+                 generator: torch.Generator | None = None) -> PruneResult:
+        return mdap_prune(batch.advantages, batch.uids, batch.response_ids, tau=self.config.tau, align_to=align_to,
+                          rule=self.config.rule, question_ids=batch.question_ids)  # type: ignore[arg-type]
 
 
 @dataclass(frozen=True)
 class CPPOPruner:
-    """CPPO top-k by |A| (:func:`cppo_prune`). As released (``prune_first=False``) the old/ref
-    log-probs are computed on the full batch and pruning comes after."""
+    """CPPO top-k by |A| (:func:`cppo_prune`), from ``algorithm.cppo``. As released
+    (``prune_first=False``) the old/ref log-probs are computed on the full batch and pruning comes after."""
 
-    prune_rate: float = 0.5
-    prune_first: bool = False
+    config: CPPOConfig = field(default_factory=CPPOConfig)
 
     def __post_init__(self) -> None:
-        check_fraction(self.prune_rate, "prune_rate", "CPPOPruner")
+        self.config.check()
 
-    def __call__(self, advantages: Tensor, uids: Sequence[Hashable], token_ids: TokenIds, *,
-                 align_to: int = 1, generator: torch.Generator | None = None,
-                 question_ids: Sequence[int | None] | None = None) -> PruneResult:
-        return cppo_prune(advantages, uids, prune_rate=self.prune_rate, dp_multiple=align_to, question_ids=question_ids)
+    @property
+    def prune_first(self) -> bool:
+        return self.config.prune_first
+
+    def __call__(self, batch: PruneBatch, *, align_to: int = 1,
+                 generator: torch.Generator | None = None) -> PruneResult:
+        return cppo_prune(batch.advantages, batch.uids, prune_rate=self.config.prune_rate, dp_multiple=align_to,
+                          question_ids=batch.question_ids)
 
 
 @dataclass(frozen=True)
 class RandomPruner:
-    """Random pruning (:func:`random_prune`); draws from ``generator``."""
+    """Random pruning (:func:`random_prune`), from ``algorithm.random``; draws from ``generator``."""
 
-    prune_rate: float = 0.5
+    config: RandomPruneConfig = field(default_factory=RandomPruneConfig)
     prune_first: ClassVar[bool] = True
 
     def __post_init__(self) -> None:
-        check_fraction(self.prune_rate, "prune_rate", "RandomPruner")
+        self.config.check()
 
-    def __call__(self, advantages: Tensor, uids: Sequence[Hashable], token_ids: TokenIds, *,
-                 align_to: int = 1, generator: torch.Generator | None = None,
-                 question_ids: Sequence[int | None] | None = None) -> PruneResult:
-        return random_prune(advantages, uids, prune_rate=self.prune_rate, align_to=align_to, generator=generator,
-                            question_ids=question_ids)
+    def __call__(self, batch: PruneBatch, *, align_to: int = 1,
+                 generator: torch.Generator | None = None) -> PruneResult:
+        return random_prune(batch.advantages, batch.uids, prune_rate=self.config.prune_rate, align_to=align_to,
+                            generator=generator, question_ids=batch.question_ids)
 
 
 @dataclass(frozen=True)
@@ -490,7 +507,6 @@ class AdvantageOnlyPruner:
 
     prune_first: ClassVar[bool] = True
 
-    def __call__(self, advantages: Tensor, uids: Sequence[Hashable], token_ids: TokenIds, *,
-                 align_to: int = 1, generator: torch.Generator | None = None,
-                 question_ids: Sequence[int | None] | None = None) -> PruneResult:
-        return advantage_only_prune(advantages, uids, align_to=align_to, question_ids=question_ids)
+    def __call__(self, batch: PruneBatch, *, align_to: int = 1,
+                 generator: torch.Generator | None = None) -> PruneResult:
+        return advantage_only_prune(batch.advantages, batch.uids, align_to=align_to, question_ids=batch.question_ids)

@@ -7,27 +7,31 @@ PROMPT_SELECTORS       all, greso                      factories -> :class:`Prom
 GROUP_FILTERS          none, dapo                      factories -> :class:`GroupFilter`
 PRUNERS                none, mdap, cppo, random,       factories -> :class:`Pruner`
                        advantage_only
-ROLLOUT_SCALERS        fixed, ars                      factories -> :class:`RolloutScaler`
+ROLLOUT_SCALERS        fixed, ars, ars_retention       factories -> :class:`RolloutScaler`
 POLICY_LOSSES          ppo_clip, gspo, gspo_token      :class:`PolicyLoss` functions
 ADVANTAGE_ESTIMATORS   grpo, drgrpo                    :class:`AdvantageEstimator` functions
 =====================  ==============================  =====================================
 
-A factory is built from its own section of ``cfg.algorithm`` (the entry's ``section``, passed as
-keyword arguments named like the section's fields) plus what the trainer adds (``context``)::
+A component may declare a config section: a name and a dataclass (fastrl.algorithms.sections for
+the built-in ones). ``fastrl.config`` accepts every registered section as ``algorithm.<section>``,
+typed by its dataclass and checked by its ``check()``; the component's factory is then called
+with that one typed instance, plus what the trainer adds (``context``)::
 
-    pruner = build(PRUNERS, "mdap", cfg.algorithm)             # MDAPPruner(tau=..., rule=...)
-    result = pruner(advantages, uids, token_ids, align_to=d, generator=g)  # PruneResult
+    pruner = build(PRUNERS, "mdap", cfg.algorithm)              # MDAPPruner(MDAPConfig(tau=..., rule=...))
+    result = pruner(batch, align_to=d, generator=g)             # batch: a PruneBatch; -> PruneResult
     scaler = build(ROLLOUT_SCALERS, "ars", cfg.algorithm, n_init=cfg.rollout.n)
 
-This module imports no torch (``fastrl.config`` reads the valid names from it): the built-in
-entries name their factory as ``"module:attribute"``, imported on first use. Plug-ins register
-the object itself::
+This module imports no torch (``fastrl.config`` reads the names and sections from it): the
+built-in entries name their factory as ``"module:attribute"``, imported on first use. Plug-ins
+register the object itself, from a module that ``fastrl train --import MODULE`` (or the config's
+``imports: [MODULE]``) imports before the config is read::
 
-    @register(PRUNERS, "keep_positive")              # no section: built with the context only
+    @register(PRUNERS, "keep_positive")                               # no section: built from the context
     class KeepPositive: ...
 
-    @register(PRUNERS, "my_mdap", section="mdap")    # built as my_mdap(tau=..., rule=...)
-    def my_mdap(tau: float, rule: str) -> Pruner: ...
+    @register(PRUNERS, "keep_top", section="keep_top", config=KeepTopConfig)  # algorithm.keep_top.*
+    class KeepTop:
+        def __init__(self, config: KeepTopConfig) -> None: ...
 """
 
 from __future__ import annotations
@@ -38,12 +42,13 @@ import importlib
 from collections.abc import Callable, Hashable, Iterator, Mapping, MutableMapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
+from fastrl.algorithms import sections as S
+
 if TYPE_CHECKING:
     import torch
     from torch import Tensor
 
-    from fastrl.algorithms.pruning import PruneResult
-    from fastrl.algorithms.similarity import TokenIds
+    from fastrl.algorithms.pruning import PruneBatch, PruneResult
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -88,11 +93,9 @@ class Pruner(Protocol):
         batch and pruning comes after (CPPO as released)."""
         ...
 
-    def __call__(self, advantages: Tensor, uids: Sequence[Hashable], token_ids: TokenIds, *,
-                 align_to: int, generator: torch.Generator | None,
-                 question_ids: Sequence[int | None] | None = None) -> PruneResult:
-        """``question_ids``: per response, its question's integer dataset row (None: none); the
-        release visits questions in ascending question id (fastrl.algorithms.pruning, step 1)."""
+    def __call__(self, batch: PruneBatch, *, align_to: int, generator: torch.Generator | None) -> PruneResult:
+        """``batch``: the step's responses (advantages, uids, question ids, response token ids,
+        rewards, and every further per-response column the trainer's batch holds)."""
         ...
 
 
@@ -132,13 +135,21 @@ class AdvantageEstimator(Protocol):
 # ---------------------------------------------------------------------- the tables
 @dataclasses.dataclass(frozen=True)
 class Entry:
-    """A registered component: its factory (or function) and the ``cfg.algorithm`` section it is
-    built from (None: built from the context alone).
+    """A registered component: its factory (or function) and, if it has one, its config section:
+    the name under ``algorithm.`` and the dataclass it is typed by (None: built from the context
+    alone). A factory with a section is called ``factory(section_instance, **context)``.
 
     ``target`` is the object, or ``"module:attribute"`` imported on first use."""
 
     target: Callable[..., Any] | str
     section: str | None = None
+    config: type | None = None
+
+    def __post_init__(self) -> None:
+        if (self.section is None) != (self.config is None) or (self.config is not None
+                                                               and not dataclasses.is_dataclass(self.config)):
+            raise ValueError(f"component {self.target!r}: a config section needs both a name and a dataclass "
+                             f"(section={self.section!r}, config={self.config!r})")
 
     def load(self) -> Callable[..., Any]:
         obj: Any = self.target
@@ -188,16 +199,42 @@ class Registry(MutableMapping[str, Callable[..., Any]]):
         return f"Registry({self.kind!r}: {', '.join(self)})"
 
 
-def register(registry: Registry, name: str, *, section: str | None = None) -> Callable[[F], F]:
-    """Decorator adding a component under ``name`` (once), built from ``cfg.algorithm.<section>``."""
+def register(registry: Registry, name: str, *, section: str | None = None,
+             config: type | None = None) -> Callable[[F], F]:
+    """Decorator adding a component under ``name`` (once), built from ``algorithm.<section>``, an
+    instance of the dataclass ``config``."""
 
     def deco(obj: F) -> F:
         if name in registry:
             raise ValueError(f"{registry.kind} {name!r} is already registered ({registry.entry(name).target!r})")
-        registry[name] = Entry(obj, section)
+        entry = Entry(obj, section, config)
+        if section is not None:
+            _check_section(section, config, sections())
+        registry[name] = entry
         return obj
 
     return deco
+
+
+def _check_section(name: str, config: type | None, known: Mapping[str, type]) -> None:
+    """One dataclass per section name; the names of ``cfg.algorithm``'s own keys are taken."""
+    if name in ALGORITHM_KEYS or not name.isidentifier():
+        raise ValueError(f"config section {name!r} is not available: it must be a Python identifier other "
+                         f"than the keys of algorithm ({', '.join(ALGORITHM_KEYS)})")
+    if name in known and known[name] is not config:
+        raise ValueError(f"config section {name!r} is already typed by {known[name].__module__}."
+                         f"{known[name].__qualname__}; give the new component another section name")
+
+
+def sections() -> dict[str, type]:
+    """Every registered config section, name -> dataclass: the built-in ones in the order a run's
+    config.yaml lists them (pruners, rollout scalers, prompt selectors, group filters), plug-ins after."""
+    out: dict[str, type] = {}
+    for table in COMPONENT_REGISTRIES:
+        for entry in table._entries.values():
+            if entry.section is not None and entry.config is not None:
+                out.setdefault(entry.section, entry.config)
+    return out
 
 
 def get(registry: Registry, name: str) -> Callable[..., Any]:
@@ -206,41 +243,53 @@ def get(registry: Registry, name: str) -> Callable[..., Any]:
     return registry[name]
 
 
-def bind(registry: Registry, name: str, sections: object) -> Callable[..., Any]:
-    """The factory ``name`` with its own section of ``sections`` (``cfg.algorithm``) bound as
-    keyword arguments: call it with the context."""
-    section = registry.entry(name).section
+def bind(registry: Registry, name: str, algorithm: object) -> Callable[..., Any]:
+    """The factory ``name`` with its own typed section of ``algorithm`` (``cfg.algorithm``)
+    bound as the first argument: call it with the context."""
+    entry = registry.entry(name)
     factory = registry[name]
-    if section is None:
+    if entry.section is None:
         return factory
-    values = getattr(sections, section)
-    return functools.partial(factory, **{f.name: getattr(values, f.name) for f in dataclasses.fields(values)})
+    section = getattr(algorithm, entry.section)
+    if not isinstance(section, entry.config):  # type: ignore[arg-type]
+        raise TypeError(f"algorithm.{entry.section} is a {type(section).__name__}, not the "
+                        f"{entry.config.__name__} that {registry.kind} {name!r} is built from")  # type: ignore[union-attr]
+    return functools.partial(factory, section)
 
 
-def build(registry: Registry, name: str, sections: object, **context: Any) -> Any:
-    """Component ``name`` built from its section of ``sections`` (``cfg.algorithm``) and ``context``."""
-    return bind(registry, name, sections)(**context)
+def build(registry: Registry, name: str, algorithm: object, **context: Any) -> Any:
+    """Component ``name`` built from its section of ``algorithm`` (``cfg.algorithm``) and ``context``."""
+    return bind(registry, name, algorithm)(**context)
 
+
+# The keys of cfg.algorithm that are not component sections (fastrl.config.AlgorithmConfig's fields).
+ALGORITHM_KEYS: tuple[str, ...] = (
+    "advantage", "prompt_selector", "group_filter", "pruner", "rollout_scaler", "policy_loss", "clip_low",
+    "clip_high", "dual_clip", "loss_agg", "loss_norm_constant", "kl_coef", "kl_kind",
+)
 
 PROMPT_SELECTORS = Registry("prompt_selector", {
     "all": Entry("fastrl.algorithms.prompt_selection:AllPromptsSelector"),
-    "greso": Entry("fastrl.algorithms.prompt_selection:GresoSelector", section="greso"),
+    "greso": Entry("fastrl.algorithms.prompt_selection:GresoSelector.from_config", "greso", S.GresoConfig),
 })
 GROUP_FILTERS = Registry("group_filter", {
     "none": Entry("fastrl.algorithms.group_filter:NoGroupFilter"),
-    "dapo": Entry("fastrl.algorithms.group_filter:DynamicSamplingBuffer", section="dapo"),
+    "dapo": Entry("fastrl.algorithms.group_filter:DynamicSamplingBuffer.from_config", "dapo", S.DapoConfig),
 })
 PRUNERS = Registry("pruner", {
     "none": Entry("fastrl.algorithms.pruning:KeepAllPruner"),
-    "mdap": Entry("fastrl.algorithms.pruning:MDAPPruner", section="mdap"),
-    "cppo": Entry("fastrl.algorithms.pruning:CPPOPruner", section="cppo"),
-    "random": Entry("fastrl.algorithms.pruning:RandomPruner", section="random"),
+    "mdap": Entry("fastrl.algorithms.pruning:MDAPPruner", "mdap", S.MDAPConfig),
+    "cppo": Entry("fastrl.algorithms.pruning:CPPOPruner", "cppo", S.CPPOConfig),
+    "random": Entry("fastrl.algorithms.pruning:RandomPruner", "random", S.RandomPruneConfig),
     "advantage_only": Entry("fastrl.algorithms.pruning:AdvantageOnlyPruner"),
 })
-# Both read cfg.algorithm.ars: the fixed n logs the statistics ARS would use, once per ARS period.
+# All three read algorithm.ars (fastrl.algorithms.sections.ARSConfig): the fixed n logs the
+# statistics ARS would use, once per ARS period.
 ROLLOUT_SCALERS = Registry("rollout_scaler", {
-    "fixed": Entry("fastrl.algorithms.rollout_scale:fixed_rollout_scaler", section="ars"),
-    "ars": Entry("fastrl.algorithms.rollout_scale:ars_rollout_scaler", section="ars"),
+    "fixed": Entry("fastrl.algorithms.rollout_scale:FixedRolloutScaler.from_config", "ars", S.ARSConfig),
+    "ars": Entry("fastrl.algorithms.rollout_scale:ReleaseRolloutScaler.from_config", "ars", S.ARSConfig),
+    "ars_retention": Entry("fastrl.algorithms.rollout_scale:RetentionRolloutScaler.from_config", "ars",
+                           S.ARSConfig),
 })
 # One function per loss (verl's core_algos style); fastrl.algorithms.losses reads its
 # POLICY_LOSS_KINDS from these names.
@@ -253,3 +302,5 @@ ADVANTAGE_ESTIMATORS = Registry("advantage", {
     "grpo": Entry("fastrl.algorithms.advantages:grpo_advantages"),
     "drgrpo": Entry("fastrl.algorithms.advantages:drgrpo_advantages"),
 })
+# The registries whose components may have a config section, in config.yaml's order of sections.
+COMPONENT_REGISTRIES: tuple[Registry, ...] = (PRUNERS, ROLLOUT_SCALERS, PROMPT_SELECTORS, GROUP_FILTERS)

@@ -1,8 +1,12 @@
 """Rollouts-per-prompt policies: ARS (Adaptive Rollout Sampling) and the fixed-n baseline.
 
-``AdaptiveRolloutScaler(n_init=8, rule="release", **rule_options)`` builds one of two rules:
+One class per rule, each registered under its own name (fastrl.algorithms.registry.ROLLOUT_SCALERS)
+and built from ``algorithm.ars`` (fastrl.algorithms.sections.ARSConfig) by its ``from_config``:
+:class:`ReleaseRolloutScaler` (``ars``), :class:`RetentionRolloutScaler` (``ars_retention``) and
+:class:`FixedRolloutScaler` (``fixed``). They share only the period bookkeeping (:class:`Period`,
+:class:`_PeriodicScaler`).
 
-**release** (default; the authors' released code, docs/algorithms.md). After each pruned step the
+**release** (``ars``; the authors' released code, docs/algorithms.md). After each pruned step the
 scaler receives the per-question final counts c_q (MDAP's kept plus the alignment refill) and
 buffers f1 = mean_q c_q and f2 = max_q c_q. At each period boundary (an epoch, or
 ``ars.period_steps`` steps), with a = steps done / total steps:
@@ -13,11 +17,14 @@ A step's statistics belong to the period in which it ran: the release appends th
 step's f1/f2 before it detects the epoch change, so its first step of epoch e is counted in
 epoch e - 1; we do not copy that slip.
 
-**retention** (this repository's earlier reading). Over a period the scaler collects the kept
+**retention** (``ars_retention``, this repository's earlier reading). Over a period the scaler collects the kept
 count k_q of each question. At the period's end, with k̄ = mean k_q, k_max = max k_q, retention
 ρ = k̄ / n: if ρ >= ρ_high (0.9) grow, n_next = min(n + Δ, n_max), Δ = 2; else
 n_next = clip(⌈k̄ + β (k_max − k̄)⌉ + h, n_min, n_max), β = 0.5, headroom h = 1. n_max defaults to
 the initial n, n_min to 4. Per-prompt mode (off by default) applies it to each prompt's counts.
+
+**fixed** (every baseline): n never changes; each period reports the kept-count statistics the
+retention rule reads (k̄, k_max, ρ), so a baseline's log shows what ARS would have seen.
 
 Each decision and its inputs are kept in ``last_decision``. The trainer calls only
 ``end_step(final_counts, step=, epoch=, progress=)`` after every step: the scaler observes the
@@ -31,12 +38,26 @@ from __future__ import annotations
 import math
 import numbers
 from dataclasses import dataclass
-from typing import Any, Hashable, Mapping, Sequence
+from typing import Any, Callable, Hashable, Mapping, Sequence
 
 from fastrl import metric_keys as K
 from fastrl.algorithms._common import check_positive_int
+from fastrl.algorithms.sections import ARSConfig
 
 KeptCounts = Mapping[Hashable, int] | Sequence[int]
+
+
+def kept_statistics(kept: Sequence[int], n: int, n_obs: Sequence[int] | None = None) -> dict[str, float]:
+    """A period's kept counts summarised: k_mean, k_max, rho = mean(kept) / mean(n_obs) (k̄ / n
+    when n did not vary; NaN for an empty period), with n_prev = n_next = n and grew = 0."""
+    if not kept:
+        k_mean = k_max = rho = math.nan
+    else:
+        k_mean = sum(kept) / len(kept)
+        k_max = float(max(kept))
+        rho = k_mean / (sum(n_obs) / len(n_obs) if n_obs else float(n))
+    return {"k_mean": k_mean, "k_max": k_max, "rho": rho, "n_prev": float(n), "n_next": float(n), "grew": 0.0,
+            "num_observations": float(len(kept))}
 
 
 def ars_next_n(
@@ -51,44 +72,37 @@ def ars_next_n(
     grow_step: int,
     n_obs: Sequence[int] | None = None,
 ) -> tuple[int, dict[str, float]]:
-    """One ARS decision from a period's kept counts.
+    """One retention-ARS decision from a period's kept counts.
 
     Args:
         kept: kept count of each observed question in the period (may be empty).
         n: the current rollouts per prompt.
-        n_obs: the n each count was observed under (default: all ``n``); retention is
-            ρ = mean(kept) / mean(n_obs), which is k̄ / n when n did not vary.
+        n_obs: the n each count was observed under (default: all ``n``); see :func:`kept_statistics`.
         n_min, n_max, beta, headroom, rho_high, grow_step: see the module docstring.
 
     Returns:
-        ``(n_next, decision)``; decision has k_mean, k_max, rho, n_prev, n_next, grew (0/1) and
-        num_observations (k_mean/k_max/rho are NaN for an empty period, and n_next = n).
+        ``(n_next, decision)``; decision is :func:`kept_statistics` with n_next and grew (0/1)
+        (an empty period keeps n).
     """
+    decision = kept_statistics(kept, n, n_obs)
     if not kept:
-        return n, {"k_mean": math.nan, "k_max": math.nan, "rho": math.nan, "n_prev": float(n),
-                   "n_next": float(n), "grew": 0.0, "num_observations": 0.0}
-    k_mean = sum(kept) / len(kept)
-    k_max = max(kept)
-    n_ref = sum(n_obs) / len(n_obs) if n_obs else float(n)
-    rho = k_mean / n_ref
-    grew = rho >= rho_high
+        return n, decision
+    k_mean, k_max = decision["k_mean"], decision["k_max"]
+    grew = decision["rho"] >= rho_high
     if grew:
         n_next = min(n + grow_step, n_max)
     else:
         # -1e-9: k̄ + β (k_max - k̄) that is an integer up to rounding must not ceil one higher.
         n_next = math.ceil(k_mean + beta * (k_max - k_mean) - 1e-9) + headroom
     n_next = max(n_min, min(n_max, n_next))
-    return n_next, {"k_mean": k_mean, "k_max": float(k_max), "rho": rho, "n_prev": float(n),
-                    "n_next": float(n_next), "grew": float(grew), "num_observations": float(len(kept))}
+    decision.update({"n_next": float(n_next), "grew": float(grew)})
+    return n_next, decision
 
 
 def _as_count(k: Any, where: str, label: str) -> int:
     if isinstance(k, bool) or not isinstance(k, (numbers.Integral, float)) or int(k) != k or k < 0:
         raise ValueError(f"{where}: kept count {label} = {k!r} must be a non-negative integer")
     return int(k)
-
-
-ARS_RULES = ("release", "retention")
 
 
 @dataclass
@@ -116,53 +130,32 @@ class Period:
         self.restart(int(state["start_step"]), int(state["start_epoch"]))
 
 
-class AdaptiveRolloutScaler:
-    """ARS: adapts the number of rollouts per prompt from the kept-count history.
-
-    ``AdaptiveRolloutScaler(n_init, rule="release" | "retention", **rule_options)`` returns the
-    rule's class (:class:`ReleaseRolloutScaler`, :class:`RetentionRolloutScaler`). Use:
-    ``n = scaler.n`` (or ``scaler.n_for(uid)``) for the rollout; after each step
-    ``scaler.end_step({uid: final_count}, step=, epoch=, progress=)``, which observes the counts
-    and ends the period when it is due (or, by hand: ``observe`` and ``end_period(progress)``
-    with progress = steps done / total steps).
-    """
+class _PeriodicScaler:
+    """What the three scalers share: the period and the step protocol. Use: ``n = scaler.n`` (or
+    ``scaler.n_for(uid)``) for the rollout; after each step ``scaler.end_step({uid: final_count},
+    step=, epoch=, progress=)``, which observes the counts and ends the period when it is due (or,
+    by hand: ``observe`` and ``end_period(progress)`` with progress = steps done / total steps)."""
 
     rule = ""
 
-    def __new__(cls, *args: Any, rule: str | None = None, **kwargs: Any) -> "AdaptiveRolloutScaler":
-        if cls is AdaptiveRolloutScaler:
-            chosen = "release" if rule is None else rule
-            if chosen not in ARS_RULES:
-                raise ValueError(f"AdaptiveRolloutScaler: rule = {chosen!r} is not one of {', '.join(ARS_RULES)}")
-            cls = ReleaseRolloutScaler if chosen == "release" else RetentionRolloutScaler
-        return super().__new__(cls)
-
-    def __init__(self, period_steps: int = 0, *, n_init: int | None = None, rule: str | None = None) -> None:
-        """``n_init`` and ``rule`` (None: this class's own rule) are checked for the subclasses."""
+    def __init__(self, period_steps: int, n_init: int) -> None:
         where = type(self).__name__
-        if rule not in (None, self.rule):
-            raise ValueError(f"{where}: rule = {rule!r}; this class implements {self.rule!r}")
-        if n_init is not None:
-            check_positive_int(n_init, "n_init", where, minimum=2)
+        check_positive_int(n_init, "n_init", where, minimum=2)
         check_positive_int(period_steps, "period_steps", where, minimum=0)
         self.period = Period(period_steps)
         self.last_decision: dict[str, float] = {}
         self._ended_period = False
 
-    @property
-    def n(self) -> int:
-        raise NotImplementedError
-
     def n_for(self, uid: Hashable) -> int:
-        return self.n
+        return self.n  # type: ignore[attr-defined, no-any-return]
 
     def end_step(self, final_counts: KeptCounts, *, step: int, epoch: int, progress: float) -> None:
         """A finished step (``step`` steps done, the trainer now in ``epoch``): observe its final
         per-question counts, then close the period if it ends with this step."""
-        self.observe(final_counts)
+        self.observe(final_counts)  # type: ignore[attr-defined]
         self._ended_period = self.period.ends_at(step, epoch)
         if self._ended_period:
-            self.end_period(progress)
+            self.end_period(progress)  # type: ignore[attr-defined]
             self.period.restart(step, epoch)
 
     def metrics(self) -> dict[str, float]:
@@ -170,18 +163,6 @@ class AdaptiveRolloutScaler:
         if not self._ended_period:
             return {}
         return {K.ars_key(k): float(v) for k, v in self.last_decision.items()}
-
-    def observe(self, kept_counts: KeptCounts) -> None:
-        raise NotImplementedError
-
-    def end_period(self, progress: float | None = None) -> int:
-        raise NotImplementedError
-
-    def state_dict(self) -> dict[str, Any]:
-        raise NotImplementedError
-
-    def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        raise NotImplementedError
 
 
 def _counts_of(kept_counts: KeptCounts, where: str) -> list[tuple[Hashable | None, int]]:
@@ -200,15 +181,14 @@ def release_n(f3: float | None, g1: float | None, n_init: int, n_floor: int = 2)
     return max(round(min(n_init - (g1 - f3), n_init)), n_floor)
 
 
-class ReleaseRolloutScaler(AdaptiveRolloutScaler):
-    """ARS as released (module docstring): f1/f2 per step, f3 and g1 per period, n from f3 < g1."""
+class ReleaseRolloutScaler(_PeriodicScaler):
+    """ARS as released (``ars``; module docstring): f1/f2 per step, f3 and g1 per period, n from f3 < g1."""
 
     rule = "release"
 
-    def __init__(self, n_init: int = 8, rule: str | None = "release", n_floor: int = 2,
-                 period_steps: int = 0) -> None:
+    def __init__(self, n_init: int = 8, n_floor: int = 2, period_steps: int = 0) -> None:
         where = "ReleaseRolloutScaler"
-        super().__init__(period_steps, n_init=n_init, rule=rule)
+        super().__init__(period_steps, n_init)
         check_positive_int(n_floor, "n_floor", where, minimum=2)
         if n_floor > n_init:
             raise ValueError(f"{where}: n_floor = {n_floor} > n_init = {n_init}")
@@ -219,6 +199,12 @@ class ReleaseRolloutScaler(AdaptiveRolloutScaler):
         self.f3: float | None = None
         self.g1: float | None = None
         self.periods = 0
+
+    @classmethod
+    def from_config(cls, config: ARSConfig, *, n_init: int) -> "ReleaseRolloutScaler":
+        """``rollout_scaler: ars`` from ``algorithm.ars`` (period_steps, n_floor) and ``rollout.n``."""
+        config.check_rule("ars")
+        return cls(n_init, n_floor=config.n_floor, period_steps=config.period_steps)
 
     @property
     def n(self) -> int:
@@ -272,15 +258,14 @@ class ReleaseRolloutScaler(AdaptiveRolloutScaler):
         self.period.load_state_dict(state["period_start"])
 
 
-class RetentionRolloutScaler(AdaptiveRolloutScaler):
-    """ARS, retention variant (module docstring): this repository's earlier reading."""
+class RetentionRolloutScaler(_PeriodicScaler):
+    """ARS, retention variant (``ars_retention``; module docstring): this repository's earlier reading."""
 
     rule = "retention"
 
     def __init__(
         self,
         n_init: int = 8,
-        rule: str | None = "retention",
         n_min: int = 4,
         n_max: int | None = None,
         beta: float = 0.5,
@@ -291,7 +276,7 @@ class RetentionRolloutScaler(AdaptiveRolloutScaler):
         period_steps: int = 0,
     ) -> None:
         where = "RetentionRolloutScaler"
-        super().__init__(period_steps, n_init=n_init, rule=rule)
+        super().__init__(period_steps, n_init)
         check_positive_int(n_min, "n_min", where, minimum=2)
         n_max = n_init if n_max is None else n_max
         check_positive_int(n_max, "n_max", where, minimum=2)
@@ -311,6 +296,15 @@ class RetentionRolloutScaler(AdaptiveRolloutScaler):
         self._n = n_init
         self._observations: list[tuple[Hashable | None, int, int]] = []  # (uid, kept, n it was observed under)
         self._prompt_n: dict[Hashable, int] = {}
+
+    @classmethod
+    def from_config(cls, config: ARSConfig, *, n_init: int) -> "RetentionRolloutScaler":
+        """``rollout_scaler: ars_retention`` from ``algorithm.ars`` (period_steps and the retention
+        options) and ``rollout.n``."""
+        config.check_rule("ars_retention")
+        return cls(n_init, n_min=config.n_min, n_max=config.n_max, beta=config.beta, headroom=config.headroom,
+                   rho_high=config.rho_high, grow_step=config.grow_step, per_prompt=config.per_prompt,
+                   period_steps=config.period_steps)
 
     @property
     def n(self) -> int:
@@ -334,23 +328,8 @@ class RetentionRolloutScaler(AdaptiveRolloutScaler):
         Each count must be a non-negative integer; a count above the prompt's n (a uid drawn
         twice in one step) is clipped to n.
         """
-        where = f"{type(self).__name__}.observe"
-        if isinstance(kept_counts, Mapping):
-            items: list[tuple[Hashable | None, Any]] = list(kept_counts.items())
-        else:
-            if self.per_prompt:
-                raise ValueError(f"{where}: per-prompt mode needs a mapping uid -> kept count, got "
-                                 f"{type(kept_counts).__name__}")
-            items = [(None, k) for k in kept_counts]
-        rows = []
-        for uid, k in items:
-            label = f"[{uid!r}]" if uid is not None else f"#{len(rows)}"
-            kk = _as_count(k, where, label)
-            n_q = self.n_for(uid) if uid is not None else self._n
-            # A prompt drawn twice in one step (e.g. a DAPO refill across an epoch boundary) can
-            # keep more than n responses under one uid; count it as full retention, not an error.
-            rows.append((uid, min(kk, n_q), n_q))
-        self._observations.extend(rows)
+        self._observations.extend(_clipped_observations(kept_counts, self.n_for, self._n,
+                                                        f"{type(self).__name__}.observe", mapping_only=self.per_prompt))
 
     def end_period(self, progress: float | None = None) -> int:
         """Close the period: apply the rule (global, and per prompt in per-prompt mode); returns ``n``.
@@ -397,48 +376,64 @@ class RetentionRolloutScaler(AdaptiveRolloutScaler):
         self.last_decision = dict(state["last_decision"])
 
 
-class FixedRolloutScaler(RetentionRolloutScaler):
-    """Fixed n (every baseline): same interface as ARS; ``end_period`` logs the kept-count
-    statistics ARS would have used but never changes n."""
+def _clipped_observations(kept_counts: KeptCounts, n_for: Callable[[Hashable], int], n: int, where: str, *,
+                          mapping_only: bool = False) -> list[tuple[Hashable | None, int, int]]:
+    """(uid, kept, n it was observed under) per question (``n_for(uid)``; ``n`` for counts given
+    as a sequence); a count above its n is clipped to n."""
+    if not isinstance(kept_counts, Mapping) and mapping_only:
+        raise ValueError(f"{where}: per-prompt mode needs a mapping uid -> kept count, got "
+                         f"{type(kept_counts).__name__}")
+    rows = []
+    for uid, k in _counts_of(kept_counts, where):
+        n_q = n_for(uid) if uid is not None else n
+        # A prompt drawn twice in one step (e.g. a DAPO refill across an epoch boundary) can
+        # keep more than n responses under one uid; count it as full retention, not an error.
+        rows.append((uid, min(k, n_q), n_q))
+    return rows
+
+
+class FixedRolloutScaler(_PeriodicScaler):
+    """Fixed n (``fixed``, every baseline): same interface as ARS; each period reports the
+    kept-count statistics the retention rule reads (:func:`kept_statistics`), n never changes."""
 
     rule = "fixed"
 
     def __init__(self, n: int = 8, period_steps: int = 0) -> None:
-        super().__init__(n_init=n, rule=None, n_min=n, n_max=n, period_steps=period_steps)
+        super().__init__(period_steps, n)
+        self._n = n
+        self._observations: list[tuple[Hashable | None, int, int]] = []
 
-    def _rule(self, kept: Sequence[int], n: int, n_obs: Sequence[int] | None) -> tuple[int, dict[str, float]]:
-        _, decision = super()._rule(kept, n, n_obs)
-        decision["n_next"], decision["grew"] = float(n), 0.0
-        return n, decision
+    @classmethod
+    def from_config(cls, config: ARSConfig, *, n_init: int) -> "FixedRolloutScaler":
+        """``rollout_scaler: fixed``: n = ``rollout.n``, periods of ``algorithm.ars.period_steps``."""
+        return cls(n_init, period_steps=config.period_steps)
 
+    @property
+    def n(self) -> int:
+        return self._n
 
-# ---------------------------------------------------------------------- built from cfg.algorithm.ars
-def ars_rollout_scaler(
-    n_init: int,
-    *,
-    rule: str,
-    period_steps: int,
-    n_floor: int,
-    n_min: int,
-    n_max: int | None,
-    beta: float,
-    headroom: int,
-    rho_high: float,
-    grow_step: int,
-    per_prompt: bool,
-) -> AdaptiveRolloutScaler:
-    """ARS from its config section (the fields of ``cfg.algorithm.ars``) and the initial n: each
-    rule takes its own options (module docstring)."""
-    if rule == "release":
-        return ReleaseRolloutScaler(n_init, n_floor=n_floor, period_steps=period_steps)
-    if rule == "retention":
-        return RetentionRolloutScaler(n_init, n_min=n_min, n_max=n_max, beta=beta, headroom=headroom,
-                                      rho_high=rho_high, grow_step=grow_step, per_prompt=per_prompt,
-                                      period_steps=period_steps)
-    raise ValueError(f"ARS: rule = {rule!r} is not one of {', '.join(ARS_RULES)}")
+    def observe(self, kept_counts: KeptCounts) -> None:
+        """Record one step's kept counts (clipped to n, as ARS counts them)."""
+        self._observations.extend(_clipped_observations(kept_counts, lambda _: self._n, self._n,
+                                                        f"{type(self).__name__}.observe"))
 
+    def end_period(self, progress: float | None = None) -> int:
+        """Close the period: its statistics in ``last_decision``; returns the unchanged n."""
+        self.last_decision = kept_statistics([k for _, k, _ in self._observations], self._n,
+                                             [nq for _, _, nq in self._observations])
+        self._observations = []
+        return self._n
 
-def fixed_rollout_scaler(n_init: int, *, period_steps: int, **ars_rule_options: Any) -> FixedRolloutScaler:
-    """The fixed n, built from the ARS section like ARS: only its period applies (the statistics
-    ARS would use are reported once per ARS period); the rule options do not."""
-    return FixedRolloutScaler(n_init, period_steps=period_steps)
+    def state_dict(self) -> dict[str, Any]:
+        """The open period (its counts and its start) and the last decision; the keys of
+        :meth:`RetentionRolloutScaler.state_dict`, so checkpoints of either read the same."""
+        return {"n": self._n, "period": [list(r) for r in self._observations],
+                "period_start": self.period.state_dict(), "prompt_n": [], "last_decision": dict(self.last_decision)}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        missing = [k for k in ("n", "period", "period_start", "last_decision") if k not in state]
+        if missing:
+            raise ValueError(f"{type(self).__name__}.load_state_dict: missing keys {missing}")
+        self._observations = [(u, int(k), int(nq)) for u, k, nq in state["period"]]
+        self.period.load_state_dict(state["period_start"])
+        self.last_decision = dict(state["last_decision"])

@@ -205,15 +205,40 @@ def _group_intersections(packed: PackedTokens, gid: np.ndarray, G: int) -> tuple
         ``(inter, sizes)``: float64 [G, S, S] intersections and [G, S] set sizes, S = the
         largest group size; entries past a group's size are 0.
     """
-    lens = packed.lengths.numpy()
-    flat = packed.flat.numpy()
-    N = lens.shape[0]
+    slot, S = _slots_in_groups(gid, G)
+    gt, s, vocab, kt = _distinct_group_token_slots(packed, gid, slot, G, S)
+    new_run = np.empty(gt.size, dtype=bool)
+    if gt.size:
+        new_run[0] = True
+        np.not_equal(gt[1:], gt[:-1], out=new_run[1:])
+    if S <= _HIST_MAX_SLOTS:
+        inter = _histogram_intersections(gt, s, np.flatnonzero(new_run), vocab, kt, G, S)
+    else:
+        inter = _dense_intersections(gt, s, new_run, vocab, G, S)
+    sizes = np.diagonal(inter, axis1=1, axis2=2).copy()
+    return inter, sizes
+
+
+def _slots_in_groups(gid: np.ndarray, G: int) -> tuple[np.ndarray, int]:
+    """Each response's rank inside its group (batch order), and S, the largest group size."""
     counts = np.bincount(gid, minlength=G)
     S = max(int(counts.max()), 1)
     order = np.argsort(gid, kind="stable")
     starts = np.cumsum(counts) - counts
-    slot = np.empty(N, dtype=np.int64)
-    slot[order] = np.arange(N) - starts[gid[order]]
+    slot = np.empty(gid.shape[0], dtype=np.int64)
+    slot[order] = np.arange(gid.shape[0]) - starts[gid[order]]
+    return slot, S
+
+
+def _distinct_group_token_slots(
+    packed: PackedTokens, gid: np.ndarray, slot: np.ndarray, G: int, S: int
+) -> tuple[np.ndarray, np.ndarray, int, type]:
+    """Sorted distinct (group, token, slot) keys, split into ``group * vocab + token`` and slot.
+
+    Returns ``(gt, s, vocab, kt)``; ``kt`` is the integer type of the keys.
+    """
+    lens = packed.lengths.numpy()
+    flat = packed.flat.numpy()
     vocab = int(flat.max()) + 1 if flat.size else 1
     slot_bits = max(1, (S - 1).bit_length())  # slots packed in the low bits: shifts, not divisions
     if G * vocab >= 1 << (62 - slot_bits):  # keep the packed key inside int64: compact the vocabulary
@@ -233,46 +258,48 @@ def _group_intersections(packed: PackedTokens, gid: np.ndarray, G: int) -> tuple
         fresh[0] = True
         np.not_equal(key[1:], key[:-1], out=fresh[1:])
         key = key[fresh]  # distinct (group, token, slot): repeats inside a response collapse
-    gt = key >> kt(slot_bits)  # group * vocab + token
-    s = key & kt((1 << slot_bits) - 1)
-    if key.size:
-        new_run = np.empty(key.size, dtype=bool)
-        new_run[0] = True
-        np.not_equal(gt[1:], gt[:-1], out=new_run[1:])
-        run_first = np.flatnonzero(new_run)
-    else:
-        run_first = np.zeros(0, dtype=np.int64)
+    return key >> kt(slot_bits), key & kt((1 << slot_bits) - 1), vocab, kt
+
+
+def _histogram_intersections(
+    gt: np.ndarray, s: np.ndarray, run_first: np.ndarray, vocab: int, kt: type, G: int, S: int
+) -> np.ndarray:
+    """Small groups: each run's slots as a bit code, a histogram of codes per group, one matmul."""
+    if not gt.size:
+        return np.zeros((G, S, S), dtype=np.float64)
+    # bit code of each run = sum of its (distinct) slot bits, via a cumulative sum
+    csum = np.cumsum(np.left_shift(kt(1), s), dtype=np.int64)
+    ends = np.empty_like(run_first)
+    ends[:-1] = run_first[1:] - 1
+    ends[-1] = gt.size - 1
+    code = csum[ends]
+    code[1:] -= csum[ends[:-1]]
+    run_group = (gt[run_first] // kt(vocab)).astype(np.int64)
+    hist = np.bincount(run_group * (1 << S) + code, minlength=G << S).reshape(G, 1 << S)
+    bits = ((np.arange(1 << S)[:, None] >> np.arange(S)[None, :]) & 1).astype(np.float64)
+    pair = (bits[:, :, None] * bits[:, None, :]).reshape(1 << S, S * S)
+    # torch, not numpy, for the matmul: it follows the caller's torch thread setting
+    # instead of spinning up every BLAS thread for a tiny product
+    return (torch.from_numpy(hist.astype(np.float64)) @ torch.from_numpy(pair)).numpy().reshape(G, S, S)
+
+
+def _dense_intersections(
+    gt: np.ndarray, s: np.ndarray, new_run: np.ndarray, vocab: int, G: int, S: int
+) -> np.ndarray:
+    """Large groups: a dense (token x slot) incidence matrix per group, X^T X."""
     inter = np.zeros((G, S, S), dtype=np.float64)
-    if S <= _HIST_MAX_SLOTS:
-        if key.size:
-            # bit code of each run = sum of its (distinct) slot bits, via a cumulative sum
-            csum = np.cumsum(np.left_shift(kt(1), s, out=s), dtype=np.int64)
-            ends = np.empty_like(run_first)
-            ends[:-1] = run_first[1:] - 1
-            ends[-1] = key.size - 1
-            code = csum[ends]
-            code[1:] -= csum[ends[:-1]]
-            run_group = (gt[run_first] // kt(vocab)).astype(np.int64)
-            hist = np.bincount(run_group * (1 << S) + code, minlength=G << S).reshape(G, 1 << S)
-            bits = ((np.arange(1 << S)[:, None] >> np.arange(S)[None, :]) & 1).astype(np.float64)
-            pair = (bits[:, :, None] * bits[:, None, :]).reshape(1 << S, S * S)
-            # torch, not numpy, for the matmul: it follows the caller's torch thread setting
-            # instead of spinning up every BLAS thread for a tiny product
-            inter = (torch.from_numpy(hist.astype(np.float64)) @ torch.from_numpy(pair)).numpy().reshape(G, S, S)
-    else:
-        run_id = np.cumsum(new_run) - 1
-        entry_group = gt // vocab
-        bounds = np.searchsorted(entry_group, np.arange(G + 1))
-        for g in range(G):
-            a, b = bounds[g], bounds[g + 1]
-            if a == b:
-                continue
-            local = run_id[a:b] - run_id[a]
-            x = torch.zeros(int(local[-1]) + 1, S, dtype=torch.float64)
-            x[torch.from_numpy(local.astype(np.int64)), torch.from_numpy(s[a:b].astype(np.int64))] = 1.0
-            inter[g] = (x.T @ x).numpy()
-    sizes = np.diagonal(inter, axis1=1, axis2=2).copy()
-    return inter, sizes
+    run_id = np.cumsum(new_run) - 1
+    entry_group = gt // vocab
+    bounds = np.searchsorted(entry_group, np.arange(G + 1))
+    for g in range(G):
+        a, b = bounds[g], bounds[g + 1]
+        if a == b:
+            continue
+        local = run_id[a:b] - run_id[a]
+        x = torch.zeros(int(local[-1]) + 1, S, dtype=torch.float64)
+        x[torch.from_numpy(local.astype(np.int64)), torch.from_numpy(s[a:b].astype(np.int64))] = 1.0
+        inter[g] = (x.T @ x).numpy()
+    return inter
 
 
 def jaccard_distance_matrix(token_ids: TokenIds) -> Tensor:

@@ -8,17 +8,18 @@ components and the rewards are the paper path's own. This package holds only the
   disjoint train/validation splits and held-out (out-of-domain) variants;
 - ``tokenizer``: the word-level tokenizer those tasks' words and numbers are single tokens of;
 - ``builders``: tiny Qwen2 / Llama / Qwen2.5-VL models built from config (``TinyModelSpec``);
-- ``sft``: the cached SFT warm start that gives a tiny model mixed rewards for RL to work on.
+- ``sft``: the cached SFT warm start that gives a tiny model mixed rewards for RL to work on;
+- ``source``: ``model.source = tiny``, the run's policy as that warm start (``tiny_policy_dir``).
 
-The paper path does not need any of it: with ``model.path`` set and ``data.task = files`` a run
+The paper path does not need any of it: with ``model.source = path`` and ``data.task = files`` a run
 never imports ``fastrl.mini``. Loading a model (hub id, checkpoint or tiny directory) is
 ``fastrl.models.loaders``, which recognises a tiny directory by its marker file but does not
 import this package.
 
 Where the paper path branches to the mini scale: in the callers above it, never below.
-``fastrl.training.setup`` builds the warm start when ``model.path`` is empty and generates the
-task when ``data.task`` is not ``files``; ``fastrl.api.parse_benchmark`` generates a task named
-as an eval benchmark. ``fastrl.mini`` itself builds on ``fastrl.data``, ``fastrl.models``,
+``fastrl.training.setup`` asks ``source`` for the warm start when ``model.source = tiny`` (it never
+builds or trains a model itself) and generates the task when ``data.task`` is not ``files``;
+``fastrl.api.parse_benchmark`` generates a task named as an eval benchmark. ``fastrl.mini`` itself builds on ``fastrl.data``, ``fastrl.models``,
 ``fastrl.rollout`` and ``fastrl.policy``, so ``models``, ``data`` and ``rollout`` must not import
 it (tests/test_imports.py forbids the cycle); a registry that mini fills at import time would
 also work, but then someone must import mini first, and a direct call in the caller is simpler

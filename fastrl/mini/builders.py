@@ -34,7 +34,7 @@ from transformers import (
     Qwen2_5_VLForConditionalGeneration,
 )
 
-from fastrl.config import MODEL_KINDS, ModelConfig
+from fastrl.config import MODEL_KINDS, ModelConfig, TinyModelConfig
 from fastrl.mini.tokenizer import (
     EOS_TOKEN,
     IMAGE_PAD,
@@ -69,13 +69,13 @@ class TinyModelSpec:
     ``image_size`` is the square size (pixels, multiple of 28) the image processor keeps images at.
     """
 
-    # The shape fields a run config sets default to ModelConfig's, so the two cannot drift apart.
+    # The shape fields a run config sets default to its model.kind / model.tiny, so the two cannot drift apart.
     kind: str = ModelConfig.kind
-    hidden_size: int = ModelConfig.hidden_size
-    num_layers: int = ModelConfig.num_layers
-    num_heads: int = ModelConfig.num_heads
-    num_kv_heads: int = ModelConfig.num_kv_heads
-    intermediate_size: int = ModelConfig.intermediate_size
+    hidden_size: int = TinyModelConfig.hidden_size
+    num_layers: int = TinyModelConfig.num_layers
+    num_heads: int = TinyModelConfig.num_heads
+    num_kv_heads: int = TinyModelConfig.num_kv_heads
+    intermediate_size: int = TinyModelConfig.intermediate_size
     head_dim: int = 64
     rope_theta: float = 10000.0
     max_position_embeddings: int = 2048
@@ -90,10 +90,11 @@ class TinyModelSpec:
 
     @classmethod
     def from_model_config(cls, model: ModelConfig) -> "TinyModelSpec":
-        """The tiny model a run config's ``model`` section describes (when ``model.path`` is empty)."""
-        return cls(kind=model.kind, hidden_size=model.hidden_size, num_layers=model.num_layers,
-                   num_heads=model.num_heads, num_kv_heads=model.num_kv_heads,
-                   intermediate_size=model.intermediate_size)
+        """The tiny model a run config's ``model`` section describes (``model.source = tiny``):
+        ``model.kind`` with the sizes of ``model.tiny``."""
+        t = model.tiny
+        return cls(kind=model.kind, hidden_size=t.hidden_size, num_layers=t.num_layers, num_heads=t.num_heads,
+                   num_kv_heads=t.num_kv_heads, intermediate_size=t.intermediate_size)
 
     def validate(self) -> None:
         """Raise ValueError naming the field that makes this spec unbuildable."""

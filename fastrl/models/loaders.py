@@ -1,7 +1,9 @@
 """Loads a policy and its tokenizer or processor, at every scale, with the same code.
 
-``load_policy`` takes a hub id or a local directory: a paper-scale checkpoint
-(Qwen2.5-VL-3B/7B-Instruct, Llama-3.1-8B-Instruct, ...) or a tiny model directory written by
+``load_hf_model`` (the weights; the one loader of the actor, its reference, evaluation and SFT)
+and ``load_policy`` (the weights with their tokenizer or processor) take a hub id or a local
+directory: a paper-scale checkpoint (Qwen2.5-VL-3B/7B-Instruct, Llama-3.1-8B-Instruct, ...) or a
+tiny model directory written by
 ``fastrl.mini.builders.build_tiny_model_dir`` (or an SFT warm start or run export on top of one).
 
 Tiny directories are recognised by their marker file (``TINY_SPEC_FILE``) and get two
@@ -82,15 +84,11 @@ def _load_image_processor(path: str | Path) -> Any:
     return AutoImageProcessor.from_pretrained(str(path), backend="pil")
 
 
-def load_policy(path: str | Path, *, dtype: torch.dtype = torch.float32,
-                attn_implementation: str | None = None) -> tuple[PreTrainedModel, Any]:
-    """Load a policy and its tokenizer (text) or processor (VL) from a directory or hub id.
-
-    The same code loads a tiny mini-scale directory and a paper-scale checkpoint
-    (Qwen2.5-VL-3B/7B-Instruct, Llama-3.1-8B-Instruct, ...) and every tiny kind (qwen2, llama,
-    qwen2_5_vl). For VL models the second value is an ``AutoProcessor`` when it can be built,
-    else a ``VLProcessorParts``.
-    """
+def load_hf_model(path: str | Path, *, dtype: torch.dtype = torch.float32,
+                  attn_implementation: str | None = None) -> PreTrainedModel:
+    """The one HF model loader (the actor's policy, its reference, evaluation, SFT): a directory or
+    hub id, as ``AutoModelForImageTextToText`` for a VL config (Qwen2.5-VL, which transformers maps
+    only there) and ``AutoModelForCausalLM`` otherwise, on the CPU in ``dtype``."""
     config = AutoConfig.from_pretrained(str(path))
     kwargs: dict[str, Any] = {"dtype": dtype}
     if attn_implementation is not None:
@@ -98,7 +96,19 @@ def load_policy(path: str | Path, *, dtype: torch.dtype = torch.float32,
     if is_vl_config(config):
         from transformers import AutoModelForImageTextToText
 
-        model = AutoModelForImageTextToText.from_pretrained(str(path), **kwargs)
-    else:
-        model = AutoModelForCausalLM.from_pretrained(str(path), **kwargs)
-    return model, load_processor(path, config)
+        return AutoModelForImageTextToText.from_pretrained(str(path), **kwargs)
+    return AutoModelForCausalLM.from_pretrained(str(path), **kwargs)
+
+
+def load_policy(path: str | Path, *, dtype: torch.dtype = torch.float32,
+                attn_implementation: str | None = None) -> tuple[PreTrainedModel, Any]:
+    """Load a policy (``load_hf_model``) and its tokenizer (text) or processor (VL) from a directory
+    or hub id.
+
+    The same code loads a tiny mini-scale directory and a paper-scale checkpoint
+    (Qwen2.5-VL-3B/7B-Instruct, Llama-3.1-8B-Instruct, ...) and every tiny kind (qwen2, llama,
+    qwen2_5_vl). For VL models the second value is an ``AutoProcessor`` when it can be built,
+    else a ``VLProcessorParts``.
+    """
+    model = load_hf_model(path, dtype=dtype, attn_implementation=attn_implementation)
+    return model, load_processor(path, model.config)

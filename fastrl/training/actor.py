@@ -15,7 +15,7 @@ Modelled on OpenRLHF's DeepSpeed strategy, kept small. Both paths have the same 
   and raises if they differ, which catches the stage-0/1 and plain cases that would not hang).
   A rank with nothing left to train must still call ``backward`` on a zero loss that touches the
   graph (e.g. ``0 * logits.sum()``).
-* **One optimizer step** clips the global gradient norm to ``grad_clip`` (0 disables clipping),
+* **One optimizer step** clips the global gradient norm to ``trainer.optim.grad_clip`` (0: no clipping),
   applies AdamW with the learning rate of a linear warm-up schedule, then zeroes the gradients.
   The reported ``actor/grad_norm`` is the global norm BEFORE clipping. A trainable parameter that
   received no gradient counts as having a zero gradient (weight decay still applies), on both
@@ -39,7 +39,7 @@ import json
 import math
 import os
 import shutil
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
@@ -48,55 +48,12 @@ import torch
 from torch.optim.lr_scheduler import LambdaLR
 
 from fastrl import metric_keys as K
+from fastrl.config import ModelConfig, OptimConfig, TrainerConfig, check_precision
 from fastrl.training import distributed as D
 
 _META_FILE = "actor_meta.json"
 _PLAIN_STATE_FILE = "actor_state.pt"
 _DS_TAG = "actor"  # fixed DeepSpeed tag: the checkpoint folder can be renamed after writing
-
-
-@dataclass
-class ActorConfig:
-    """Optimizer and engine settings of the actor (defaults: the paper's EasyR1 scripts)."""
-
-    lr: float = 1e-6
-    weight_decay: float = 1e-2
-    betas: tuple[float, float] = (0.9, 0.999)
-    eps: float = 1e-8
-    grad_clip: float = 1.0  # max global grad norm; 0 disables clipping
-    zero_stage: int = 3  # 0..3
-    bf16: bool = True  # DeepSpeed bf16 weights/compute with fp32 master weights
-    gradient_checkpointing: bool = False
-    use_deepspeed: bool = True  # False: plain torch AdamW (fast unit tests, no DeepSpeed needed)
-    offload_optimizer: bool = False  # ZeRO-Offload of optimizer state to CPU (DeepSpeedCPUAdam)
-    lr_warmup_steps: int = 0  # linear warm-up: step t (0-based) uses lr * min(1, (t+1)/warmup)
-    seed: int = 1  # seeds the engine construction only (inside a forked RNG)
-
-    def __post_init__(self) -> None:
-        self.betas = (float(self.betas[0]), float(self.betas[1]))
-        problems = []
-        if not self.lr > 0:
-            problems.append(f"lr={self.lr} must be > 0")
-        if self.weight_decay < 0:
-            problems.append(f"weight_decay={self.weight_decay} must be >= 0")
-        if not all(0.0 <= b < 1.0 for b in self.betas):
-            problems.append(f"betas={self.betas} must lie in [0, 1)")
-        if not self.eps > 0:
-            problems.append(f"eps={self.eps} must be > 0")
-        if self.grad_clip < 0:
-            problems.append(f"grad_clip={self.grad_clip} must be >= 0 (0 disables clipping)")
-        if self.zero_stage not in (0, 1, 2, 3):
-            problems.append(f"zero_stage={self.zero_stage} must be one of 0, 1, 2, 3")
-        if self.lr_warmup_steps < 0:
-            problems.append(f"lr_warmup_steps={self.lr_warmup_steps} must be >= 0")
-        if self.bf16 and not self.use_deepspeed:
-            problems.append("bf16=True needs use_deepspeed=True (the plain path trains fp32 weights)")
-        if self.offload_optimizer and not self.use_deepspeed:
-            problems.append("offload_optimizer=True needs use_deepspeed=True")
-        if self.offload_optimizer and self.zero_stage == 0:
-            problems.append("offload_optimizer=True needs zero_stage >= 1")
-        if problems:
-            raise ValueError("ActorConfig: " + "; ".join(problems))
 
 
 class WarmupLambda:
@@ -158,24 +115,29 @@ def _enable_gradient_checkpointing(model: torch.nn.Module) -> None:
         config.use_cache = False  # a KV cache is useless (and warned about) while checkpointing
 
 
-def deepspeed_config(cfg: ActorConfig) -> dict[str, Any]:
+def is_bf16(model_config: ModelConfig) -> bool:
+    """DeepSpeed bf16 weights and compute (fp32 master weights) for ``model.dtype = bfloat16``."""
+    return model_config.dtype == "bfloat16"
+
+
+def deepspeed_config(trainer: TrainerConfig, bf16: bool) -> dict[str, Any]:
     """The DeepSpeed config the actor uses (also what an ``HfDeepSpeedConfig`` needs for ZeRO-3
     init-time partitioning of large models at load time).
 
     Micro-batch size and accumulation steps are nominal (1/1): the caller owns accumulation
     (``managed_gradient_accumulation=false``), so DeepSpeed never rescales by them.
     """
-    zero: dict[str, Any] = {"stage": cfg.zero_stage}
-    if cfg.offload_optimizer:
+    zero: dict[str, Any] = {"stage": trainer.zero_stage}
+    if trainer.optim.offload:
         zero["offload_optimizer"] = {"device": "cpu", "pin_memory": torch.cuda.is_available()}
     # Stage 0 in fp32 hands the raw client optimizer to DeepSpeed: ClippingAdamW clips there.
-    ds_clips = not (cfg.zero_stage == 0 and not cfg.bf16)
+    ds_clips = not (trainer.zero_stage == 0 and not bf16)
     return {
         "train_micro_batch_size_per_gpu": 1,
         "gradient_accumulation_steps": 1,
         "managed_gradient_accumulation": False,
-        "gradient_clipping": cfg.grad_clip if ds_clips else 0.0,
-        "bf16": {"enabled": cfg.bf16},
+        "gradient_clipping": trainer.optim.grad_clip if ds_clips else 0.0,
+        "bf16": {"enabled": bf16},
         "zero_optimization": zero,
         "zero_allow_untested_optimizer": True,
         "steps_per_print": 2**31 - 1,  # silence DeepSpeed's own progress lines
@@ -184,26 +146,34 @@ def deepspeed_config(cfg: ActorConfig) -> dict[str, Any]:
 
 
 class Actor:
-    """The trainable policy. See the module docstring for the gradient and rank contracts."""
+    """The trainable policy. See the module docstring for the gradient and rank contracts.
 
-    def __init__(self, model: torch.nn.Module, cfg: ActorConfig) -> None:
-        self.cfg = cfg
+    It reads its settings from the run config's own sections: ``trainer.optim`` (AdamW, clipping,
+    warm-up, offload), ``trainer.use_deepspeed`` / ``zero_stage`` / ``seed`` (the seed forks the
+    RNG around the engine's construction only) and ``model.dtype`` / ``gradient_checkpointing``.
+    """
+
+    def __init__(self, model: torch.nn.Module, trainer: TrainerConfig, model_config: ModelConfig) -> None:
+        check_precision(model_config, trainer)
+        self.trainer = trainer
+        self.optim: OptimConfig = trainer.optim
+        self.bf16 = is_bf16(model_config)
         self._backward_calls = 0  # since the last step
         self._steps = 0
-        if cfg.gradient_checkpointing:
+        if model_config.gradient_checkpointing:
             _enable_gradient_checkpointing(model)
         model.train()
         with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(cfg.seed)
-            if cfg.use_deepspeed:
+            torch.manual_seed(trainer.seed)
+            if trainer.use_deepspeed:
                 self._init_deepspeed(model)
             else:
                 self._init_plain(model)
 
     # ---------------------------------------------------------------- construction
     def _adamw_kwargs(self) -> dict[str, Any]:
-        c = self.cfg
-        return {"lr": c.lr, "betas": c.betas, "eps": c.eps, "weight_decay": c.weight_decay}
+        o = self.optim
+        return {"lr": o.lr, "betas": tuple(o.betas), "eps": o.eps, "weight_decay": o.weight_decay}
 
     def _init_plain(self, model: torch.nn.Module) -> None:
         D.init_distributed()  # no-op in a plain process; joins the launcher's group otherwise
@@ -217,32 +187,31 @@ class Actor:
         params = [p for p in model.parameters() if p.requires_grad]
         if not params:
             raise ValueError(f"Actor: {type(model).__name__} has no parameter with requires_grad=True")
-        self.optimizer = ClippingAdamW(params, max_norm=self.cfg.grad_clip, **self._adamw_kwargs())
-        self.scheduler = LambdaLR(self.optimizer, WarmupLambda(self.cfg.lr_warmup_steps))
+        self.optimizer = ClippingAdamW(params, max_norm=self.optim.grad_clip, **self._adamw_kwargs())
+        self.scheduler = LambdaLR(self.optimizer, WarmupLambda(self.optim.warmup_steps))
 
     def _init_deepspeed(self, model: torch.nn.Module) -> None:
         import deepspeed
 
         D.init_distributed(single_process_group=True)
-        cfg = self.cfg
         params = [p for p in model.parameters() if p.requires_grad]
         if not params:
             raise ValueError(f"Actor: {type(model).__name__} has no parameter with requires_grad=True")
         optimizer: torch.optim.Optimizer
-        if cfg.offload_optimizer:
+        if self.optim.offload:
             from deepspeed.ops.adam import DeepSpeedCPUAdam  # JIT-builds cpu_adam on first use
 
             optimizer = DeepSpeedCPUAdam(params, adamw_mode=True, **self._adamw_kwargs())
-        elif cfg.zero_stage == 0 and not cfg.bf16:
-            optimizer = ClippingAdamW(params, max_norm=cfg.grad_clip, **self._adamw_kwargs())
+        elif self.trainer.zero_stage == 0 and not self.bf16:
+            optimizer = ClippingAdamW(params, max_norm=self.optim.grad_clip, **self._adamw_kwargs())
         else:
             optimizer = torch.optim.AdamW(params, **self._adamw_kwargs())
-        warmup = WarmupLambda(cfg.lr_warmup_steps)
+        warmup = WarmupLambda(self.optim.warmup_steps)
         engine, ds_optimizer, _, scheduler = deepspeed.initialize(
             model=model,
             optimizer=optimizer,
             lr_scheduler=lambda opt: LambdaLR(opt, warmup),
-            config=deepspeed_config(cfg),
+            config=deepspeed_config(self.trainer, self.bf16),
             dist_init_required=False,
         )
         self.engine = engine
@@ -386,10 +355,11 @@ class Actor:
     def _meta(self) -> dict[str, Any]:
         return {
             "backend": "deepspeed" if self.engine is not None else "torch",
-            "zero_stage": self.cfg.zero_stage if self.engine is not None else None,
+            "zero_stage": self.trainer.zero_stage if self.engine is not None else None,
             "world_size": D.world_size(),
             "steps": self._steps,
-            "config": asdict(self.cfg),
+            "optim": asdict(self.optim),
+            "bf16": self.bf16,
         }
 
     def save(self, ckpt_dir: Path, client_state: dict[str, Any]) -> None:
@@ -469,78 +439,76 @@ def _replace_dir(src: Path, dst: Path) -> None:
         shutil.rmtree(old)
 
 
-def _load_hf_policy(path: str, dtype: torch.dtype) -> torch.nn.Module:
-    """``AutoModelForCausalLM`` for text models; ``AutoModelForImageTextToText`` for VL models
-    (e.g. Qwen2.5-VL, which transformers maps only there)."""
-    from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForImageTextToText
-    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
-
-    model_type = AutoConfig.from_pretrained(path).model_type
-    if model_type in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES:
-        return AutoModelForCausalLM.from_pretrained(path, dtype=dtype)
-    return AutoModelForImageTextToText.from_pretrained(path, dtype=dtype)
-
-
 def build_reference(
     model_path_or_module: str | os.PathLike[str] | torch.nn.Module,
-    cfg: ActorConfig | None = None,
+    trainer: TrainerConfig | None = None,
+    model_config: ModelConfig | None = None,
     *,
     loader: Callable[[str], torch.nn.Module] | None = None,
 ) -> torch.nn.Module:
     """A frozen reference policy for the KL term (build it only when β > 0).
 
     ``model_path_or_module``: an HF model folder or hub id (loaded with ``loader``, else with
-    ``AutoModelForCausalLM`` / ``AutoModelForImageTextToText`` for VL models, in bf16 when
-    ``cfg.bf16`` and fp32 otherwise) or an UNWRAPPED module to copy (pass the model before it goes
-    into :class:`Actor`; a ZeRO-3-partitioned module cannot be copied). Pass the actor's ``cfg``:
-    without it the reference is a plain fp32 copy on every rank.
+    ``fastrl.models.loaders.load_hf_model``, in bf16 for ``model.dtype = bfloat16`` and fp32
+    otherwise) or an UNWRAPPED module to copy (pass the model before it goes into :class:`Actor`;
+    a ZeRO-3-partitioned module cannot be copied). Pass the actor's ``trainer`` and ``model``
+    sections: without them the reference is a plain fp32 copy on every rank.
 
-    Returned module: eval mode, every parameter ``requires_grad=False``. With ``cfg`` using
-    DeepSpeed ZeRO-3 it is wrapped in an optimizer-less ZeRO-3 engine (OpenRLHF's reference
-    setup: parameters partitioned over ranks and gathered layer by layer in forward, so calling
-    it is collective: all ranks run the same number of forwards). Otherwise it is a plain frozen
-    copy, cast to bf16 when ``cfg.bf16`` (matching the actor's compute) and, with DeepSpeed, moved
-    to the actor's device; without DeepSpeed it stays where it was loaded (CPU, or the source
-    module's device).
+    Returned module: eval mode, every parameter ``requires_grad=False``. Under DeepSpeed ZeRO-3 it
+    is wrapped in an optimizer-less ZeRO-3 engine (OpenRLHF's reference setup: parameters
+    partitioned over ranks and gathered layer by layer in forward, so calling it is collective:
+    all ranks run the same number of forwards). Otherwise it is a plain frozen copy, cast to bf16
+    when the actor trains in bf16 (matching its compute) and, with DeepSpeed, moved to the actor's
+    device; without DeepSpeed it stays where it was loaded (CPU, or the source module's device).
     """
-    if isinstance(model_path_or_module, torch.nn.Module):
-        src = model_path_or_module
+    if (trainer is None) != (model_config is None):
+        raise ValueError("build_reference: pass both the trainer and the model sections, or neither")
+    bf16 = model_config is not None and is_bf16(model_config)
+    ref = _reference_module(model_path_or_module, bf16, loader)
+    ref.eval()
+    ref.requires_grad_(False)
+    if trainer is None or not trainer.use_deepspeed:
+        return ref.to(torch.bfloat16) if bf16 else ref
+    if trainer.zero_stage == 3:
+        return _zero3_reference_engine(ref, bf16)
+    from deepspeed.accelerator import get_accelerator
+
+    # Where DeepSpeed put the actor (cuda:LOCAL_RANK on GPUs, cpu under DS_ACCELERATOR=cpu).
+    return (ref.to(torch.bfloat16) if bf16 else ref).to(get_accelerator().current_device_name())
+
+
+def _reference_module(
+    src: str | os.PathLike[str] | torch.nn.Module, bf16: bool, loader: Callable[[str], torch.nn.Module] | None,
+) -> torch.nn.Module:
+    """A copy of an unwrapped module, or the model at a path (``loader``, else ``load_hf_model``:
+    a hub id resolves through the HF cache, offline too, as the actor's own load does)."""
+    if isinstance(src, torch.nn.Module):
         if any(hasattr(p, "ds_id") for p in src.parameters()):
             raise ValueError(
                 "build_reference: got a ZeRO-3-partitioned module; pass the model before "
                 "Actor() wraps it, or a model path"
             )
-        ref = copy.deepcopy(src)
-    else:
-        path = os.fspath(model_path_or_module)
-        if loader is not None:
-            ref = loader(path)
-        else:
-            if not Path(path).exists() and os.environ.get("HF_HUB_OFFLINE") == "1":
-                raise ValueError(f"build_reference: {path} is not a local folder and HF_HUB_OFFLINE=1")
-            dtype = torch.bfloat16 if cfg is not None and cfg.bf16 else torch.float32
-            ref = _load_hf_policy(path, dtype)
-    ref.eval()
-    ref.requires_grad_(False)
-    if cfg is not None and cfg.use_deepspeed and cfg.zero_stage == 3:
-        import deepspeed
+        return copy.deepcopy(src)
+    path = os.fspath(src)
+    if loader is not None:
+        return loader(path)
+    from fastrl.models.loaders import load_hf_model
 
-        D.init_distributed(single_process_group=True)
-        ds_cfg = {
-            "train_micro_batch_size_per_gpu": 1,
-            "gradient_accumulation_steps": 1,
-            "bf16": {"enabled": cfg.bf16},
-            "zero_optimization": {"stage": 3},
-            "steps_per_print": 2**31 - 1,
-        }
-        engine, *_ = deepspeed.initialize(model=ref, config=ds_cfg, dist_init_required=False)
-        engine.eval()
-        return engine
-    if cfg is not None and cfg.bf16:
-        ref = ref.to(torch.bfloat16)
-    if cfg is not None and cfg.use_deepspeed:
-        from deepspeed.accelerator import get_accelerator
+    return load_hf_model(path, dtype=torch.bfloat16 if bf16 else torch.float32)
 
-        # Where DeepSpeed put the actor (cuda:LOCAL_RANK on GPUs, cpu under DS_ACCELERATOR=cpu).
-        ref = ref.to(get_accelerator().current_device_name())
-    return ref
+
+def _zero3_reference_engine(ref: torch.nn.Module, bf16: bool) -> torch.nn.Module:
+    """``ref`` inside an optimizer-less ZeRO-3 engine (partitioned, gathered in forward)."""
+    import deepspeed
+
+    D.init_distributed(single_process_group=True)
+    ds_cfg = {
+        "train_micro_batch_size_per_gpu": 1,
+        "gradient_accumulation_steps": 1,
+        "bf16": {"enabled": bf16},
+        "zero_optimization": {"stage": 3},
+        "steps_per_print": 2**31 - 1,
+    }
+    engine, *_ = deepspeed.initialize(model=ref, config=ds_cfg, dist_init_required=False)
+    engine.eval()
+    return engine

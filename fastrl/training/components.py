@@ -7,12 +7,16 @@ module only says which names to build and what the trainer adds (the initial n, 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any, Callable
+from dataclasses import dataclass, fields
+from typing import TYPE_CHECKING, Any, Callable
 
 from fastrl.algorithms import registry
+from fastrl.algorithms.pruning import PruneBatch
 from fastrl.algorithms.registry import AdvantageEstimator, GroupFilter, PromptSelector, Pruner, RolloutScaler
 from fastrl.config import ConfigError, FastRLConfig
+
+if TYPE_CHECKING:
+    from fastrl.training.batch import RolloutBatch
 
 
 @dataclass
@@ -45,3 +49,19 @@ def _build(table: registry.Registry, name: str, sections: object, **context: obj
         section = table.entry(name).section
         where = f"algorithm.{section}" if section else f"algorithm.{table.kind}={name}"
         raise ConfigError(f"{where}: {err}") from err
+
+
+# The batch fields PruneBatch names itself; every other field travels in its ``columns``.
+_NAMED = {"advantages", "uids", "response_ids", "rewards"}
+
+
+def prune_view(batch: RolloutBatch) -> PruneBatch:
+    """What the pruner sees of the trainer's batch: the named fields, each record's dataset row
+    as its question id (the release's question order), every other field the batch holds as a
+    column (a column not computed yet, e.g. old log-probs before those passes, is absent)."""
+    return PruneBatch(
+        advantages=batch.advantages, uids=batch.uids, question_ids=[r.row_id for r in batch.records],
+        response_ids=batch.response_ids, rewards=batch.rewards,
+        columns={f.name: getattr(batch, f.name) for f in fields(batch)
+                 if f.name not in _NAMED and getattr(batch, f.name) is not None},
+    )

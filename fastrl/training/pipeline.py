@@ -34,7 +34,7 @@ from fastrl.models.inputs import PromptTokens
 from fastrl.rollout.base import PromptInput, Response, SamplingConfig
 from fastrl.training import distributed as dist
 from fastrl.training.batch import PromptColumn, ResponseColumns, RolloutBatch
-from fastrl.training.components import Components, build_components
+from fastrl.training.components import Components, build_components, prune_view
 from fastrl.training.metrics import RunLogger, StageTimer, progress_postfix
 from fastrl.training.run_dir import (FINAL_DIR, Opening, RunDirError, RunLock, fault_point, open_run,
                                      write_identity, write_summary)
@@ -261,10 +261,7 @@ class Trainer:
 
     def prune(self, batch: RolloutBatch) -> PruneResult:
         g = torch.Generator().manual_seed(self.cfg.trainer.seed * 104_729 + self.state.step)
-        result = self.components.pruner(
-            batch.advantages, batch.uids, batch.response_ids, align_to=self.align_to(), generator=g,
-            question_ids=[r.row_id for r in batch.records],  # the release's question order
-        )
+        result = self.components.pruner(prune_view(batch), align_to=self.align_to(), generator=g)
         world = dist.world_size()
         if len(result.kept) % world:
             raise TrainingError(
@@ -362,8 +359,8 @@ class Trainer:
     def _check_finite(self, loss: torch.Tensor, what: str) -> None:
         if not torch.isfinite(loss).all():
             raise TrainingError(
-                f"{what} is {loss.item()} at step {self.state.step} (run {self.run_dir}); lower trainer.lr "
-                f"(now {self.cfg.trainer.lr}) or check rewards/advantages for NaN"
+                f"{what} is {loss.item()} at step {self.state.step} (run {self.run_dir}); lower trainer.optim.lr "
+                f"(now {self.cfg.trainer.optim.lr}) or check rewards/advantages for NaN"
             )
 
     def update_statistics(self, batch: RolloutBatch, kept: RolloutBatch) -> dict[str, float]:

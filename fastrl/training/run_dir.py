@@ -65,6 +65,21 @@ RESUMABLE_KEYS: tuple[str, ...] = (
     "rollout.logprob_check_samples",
 )
 
+# Keys the schema renamed (issue 18: trainer.optim, model.tiny): a config.yaml written before
+# reads under the new names, so its run still resumes (or reports finished) under the same config.
+RENAMED_KEYS: dict[str, str] = {
+    "trainer.lr": "trainer.optim.lr",
+    "trainer.weight_decay": "trainer.optim.weight_decay",
+    "trainer.grad_clip": "trainer.optim.grad_clip",
+    "trainer.lr_warmup_steps": "trainer.optim.warmup_steps",
+    **{f"model.{k}": f"model.tiny.{k}" for k in ("hidden_size", "num_layers", "num_heads", "num_kv_heads",
+                                                 "intermediate_size", "sft_steps", "sft_lr", "sft_batch_size",
+                                                 "sft_answer_noise")},
+}
+# Keys that schema lacked, with the values its code fixed (the actor's hard-coded AdamW settings).
+ADDED_KEYS: dict[str, Any] = {"trainer.optim.betas": [0.9, 0.999], "trainer.optim.eps": 1e-8,
+                              "trainer.optim.offload": False}
+
 
 # Test hook: FASTRL_TEST_KILL_AT=<point>[:<k>] SIGKILLs this process the k-th time (default: first)
 # it reaches fault_point(<point>); tests aim kills inside a checkpoint write with it. Unset, it
@@ -104,11 +119,25 @@ def _as_saved(cfg: FastRLConfig) -> dict[str, Any]:
     return yaml.safe_load(yaml.safe_dump(to_dict(cfg), sort_keys=False))
 
 
+def upgrade_saved(flat: Mapping[str, Any]) -> dict[str, Any]:
+    """A flattened config.yaml of the schema before ``RENAMED_KEYS`` under the current names, with
+    the values the code then fixed (``ADDED_KEYS``, and ``model.source`` as ``model.path`` chose
+    it); a config of the current schema is returned as it is."""
+    if not any(k in flat for k in RENAMED_KEYS):
+        return dict(flat)
+    out = {RENAMED_KEYS.get(k, k): v for k, v in flat.items()}
+    for key, value in ADDED_KEYS.items():
+        out.setdefault(key, value)
+    out.setdefault("model.source", "path" if flat.get("model.path") else "tiny")
+    return out
+
+
 def config_changes(saved: Mapping[str, Any], new: Mapping[str, Any]) -> list[tuple[str, Any, Any]]:
     """(key, saved value, new value) of every identity key that differs; a key only one side has
-    (a config written by another version of the schema) counts as a difference too."""
+    (a config written by another version of the schema, beyond ``upgrade_saved``) counts as a
+    difference too."""
     missing = "<absent>"
-    a, b = flatten(saved), flatten(new)
+    a, b = upgrade_saved(flatten(saved)), flatten(new)
     return [(k, a.get(k, missing), b.get(k, missing)) for k in sorted(set(a) | set(b))
             if k not in RESUMABLE_KEYS and a.get(k, missing) != b.get(k, missing)]
 

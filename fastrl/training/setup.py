@@ -8,7 +8,7 @@ encoder and scorer come from the policy kit (``fastrl.policy``), as they do for 
 from __future__ import annotations
 
 import sys
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
@@ -28,24 +28,16 @@ class DataError(ValueError):
     """A dataset named in the config cannot be used; the message names the file or key."""
 
 
-def resolve_policy_path(cfg: FastRLConfig, device: torch.device | None = None) -> Path:
-    """``model.path`` when given; else the cached SFT warm start of the tiny model for the task,
-    trained on ``device`` (default: ``model.device`` resolved)."""
-    if cfg.model.path:
-        return Path(cfg.model.path) if Path(cfg.model.path).exists() else cfg.model.path  # type: ignore[return-value]
-    from fastrl.mini.builders import TinyModelSpec
-    from fastrl.mini.sft import default_cache_root, warm_start
+def resolve_policy_path(cfg: FastRLConfig, device: torch.device | None = None) -> str | Path:
+    """The policy to train: ``model.path`` for ``model.source = path`` (a folder, else a hub id);
+    for ``tiny`` the tiny model's cached SFT warm start, which ``fastrl.mini`` builds and trains on
+    ``device`` (default: ``model.device`` resolved). Only rank 0 builds it; the others wait for its
+    directory."""
+    if cfg.model.source == "path":
+        return Path(cfg.model.path) if Path(cfg.model.path).exists() else cfg.model.path
+    from fastrl.mini.source import tiny_policy_dir
 
-    spec = TinyModelSpec.from_model_config(cfg.model)
-    # Only rank 0 trains the warm start; the others wait and then hit the cache.
-    path: Path | None = None
-    if dist.is_main():
-        path = warm_start(
-            cfg.data.task, spec, out_root=default_cache_root(), seed=cfg.data.seed, steps=cfg.model.sft_steps,
-            lr=cfg.model.sft_lr, batch_size=cfg.model.sft_batch_size, template=cfg.data.template,
-            answer_noise=cfg.model.sft_answer_noise, device=device or resolve_device(cfg.model.device),
-            compute_dtype=cfg.model.dtype,
-        )
+    path = tiny_policy_dir(cfg, device or resolve_device(cfg.model.device)) if dist.is_main() else None
     return Path(dist.broadcast_object(str(path) if path else None))
 
 
@@ -191,18 +183,6 @@ def save_processor(processor: Any, out_dir: Path) -> None:
         part.save_pretrained(str(out_dir))
 
 
-def build_actor_config(cfg: FastRLConfig):
-    from fastrl.training.actor import ActorConfig
-
-    t = cfg.trainer
-    return ActorConfig(
-        lr=t.lr, weight_decay=t.weight_decay, betas=(0.9, 0.999), eps=1e-8, grad_clip=t.grad_clip,
-        zero_stage=t.zero_stage, bf16=cfg.model.dtype == "bfloat16",
-        gradient_checkpointing=cfg.model.gradient_checkpointing, use_deepspeed=t.use_deepspeed,
-        offload_optimizer=False, lr_warmup_steps=t.lr_warmup_steps, seed=t.seed,
-    )
-
-
 def policy_spec(cfg: FastRLConfig, path: str | Path) -> PolicySpec:
     """The kit's spec of this run's policy at ``path``; each rank's vLLM engine samples with its own seed."""
     return PolicySpec.from_config(cfg, path, seed=cfg.trainer.seed + dist.rank())
@@ -241,10 +221,9 @@ def build_policy(cfg: FastRLConfig) -> PolicyBundle:
     model, processor = load_model(spec)
     if not cfg.trainer.use_deepspeed:
         model = model.to(device)  # DeepSpeed moves the model itself
-    actor_cfg = build_actor_config(cfg)
-    actor = Actor(model, actor_cfg)
+    actor = Actor(model, cfg.trainer, cfg.model)
     reference = place_reference(
-        build_reference(path, actor_cfg, loader=lambda p: load_model(replace(spec, path=p))[0])
+        build_reference(path, cfg.trainer, cfg.model)
         if cfg.algorithm.kl_coef > 0 else None,  # no reference model at all without a KL term
         actor,
     )

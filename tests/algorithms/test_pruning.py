@@ -12,11 +12,10 @@ from hypothesis import strategies as st
 from fastrl.algorithms.advantages import grpo_advantages
 from fastrl.algorithms.pruning import (
     advantage_only_prune,
-    cppo_select,
+    cppo_prune,
     keep_all_prune,
     kept_counts,
     mdap_prune,
-    mdap_select,
     random_prune,
 )
 
@@ -109,7 +108,7 @@ TAUS = [0.0, 0.2, 0.3, 0.5, 0.8, 1.0]
 @given(batches(), st.sampled_from(TAUS))
 def test_release_matches_reference(batch, tau):
     adv, uids, toks = batch
-    got = set(mdap_select(adv, uids, toks, tau=tau).tolist())
+    got = set(mdap_prune(adv, uids, toks, tau=tau).kept.tolist())
     assert got == ref_release_keep(adv.tolist(), uids, toks, tau)
 
 
@@ -117,7 +116,7 @@ def test_release_matches_reference(batch, tau):
 @given(batches(continuous=True), st.sampled_from([0.3, 0.8]))
 def test_release_continuous_rewards_match_reference(batch, tau):
     adv, uids, toks = batch
-    assert set(mdap_select(adv, uids, toks, tau=tau).tolist()) == ref_release_keep(adv.tolist(), uids, toks, tau)
+    assert set(mdap_prune(adv, uids, toks, tau=tau).kept.tolist()) == ref_release_keep(adv.tolist(), uids, toks, tau)
 
 
 @settings(max_examples=120, deadline=None)
@@ -125,7 +124,7 @@ def test_release_continuous_rewards_match_reference(batch, tau):
 def test_properties_and_refill(batch, tau, d, rule):
     adv, uids, toks = batch
     adv_l = adv.tolist()
-    base = set(mdap_select(adv, uids, toks, tau=tau, rule=rule).tolist())
+    base = set(mdap_prune(adv, uids, toks, tau=tau, rule=rule).kept.tolist())
     result = mdap_prune(adv, uids, toks, tau=tau, align_to=d, rule=rule)
     kept = result.kept.tolist()
     assert kept == sorted(kept) and len(set(kept)) == len(kept)
@@ -148,7 +147,7 @@ def test_properties_and_refill(batch, tau, d, rule):
 def test_two_ranks_equal_one_rank(batch, tau, d, rnd, rule):
     """A batch gathered from 2 ranks interleaves questions differently; the kept (uid, rank) set is the same."""
     adv, uids, toks = batch
-    one = mdap_select(adv, uids, toks, tau=tau, align_to=d, rule=rule)
+    one = mdap_prune(adv, uids, toks, tau=tau, align_to=d, rule=rule).kept
     by_q: dict = {}
     for i, u in enumerate(uids):
         by_q.setdefault(u, []).append(i)
@@ -156,7 +155,7 @@ def test_two_ranks_equal_one_rank(batch, tau, d, rnd, rule):
     rnd.shuffle(questions)
     ranks = [questions[0::2], questions[1::2]]  # rank r rolls out its own questions, then all-gather
     perm = [i for r in ranks for q in r for i in by_q[q]]
-    two = mdap_select(adv[perm], [uids[i] for i in perm], [toks[i] for i in perm], tau=tau, align_to=d, rule=rule)
+    two = mdap_prune(adv[perm], [uids[i] for i in perm], [toks[i] for i in perm], tau=tau, align_to=d, rule=rule).kept
     key = lambda idx, us: {(us[i], sum(1 for j in range(i) if us[j] == us[i])) for i in idx}  # noqa: E731
     assert key(one.tolist(), uids) == key(two.tolist(), [uids[i] for i in perm])
 
@@ -165,7 +164,7 @@ def test_two_ranks_equal_one_rank(batch, tau, d, rnd, rule):
 @given(batches())
 def test_tau_zero_keeps_all_but_duplicates_of_the_seed(batch):
     adv, uids, toks = batch
-    kept = set(mdap_select(adv, uids, toks, tau=0.0).tolist())
+    kept = set(mdap_prune(adv, uids, toks, tau=0.0).kept.tolist())
     adv_l = adv.tolist()
     for _, idx in ref_questions(uids):
         for bucket in ref_buckets(idx, adv_l):
@@ -178,10 +177,10 @@ def test_tau_zero_keeps_all_but_duplicates_of_the_seed(batch):
 @given(batches())
 def test_tau_one_keeps_seeds_only_and_equals_advantage_only(batch):
     adv, uids, toks = batch
-    seeds = mdap_select(adv, uids, toks, tau=1.0)
+    seeds = mdap_prune(adv, uids, toks, tau=1.0).kept
     assert seeds.tolist() == advantage_only_prune(adv, uids).kept.tolist()
     for d in (3, 8):
-        assert mdap_select(adv, uids, toks, tau=1.0, align_to=d).tolist() == \
+        assert mdap_prune(adv, uids, toks, tau=1.0, align_to=d).kept.tolist() == \
             advantage_only_prune(adv, uids, align_to=d).kept.tolist()
 
 
@@ -189,7 +188,7 @@ def test_tau_one_keeps_seeds_only_and_equals_advantage_only(batch):
 @given(batches(), st.sampled_from([0.2, 0.5, 0.8]))
 def test_greedy_matches_reference(batch, tau):
     adv, uids, toks = batch
-    assert set(mdap_select(adv, uids, toks, tau=tau, rule="greedy").tolist()) == \
+    assert set(mdap_prune(adv, uids, toks, tau=tau, rule="greedy").kept.tolist()) == \
         ref_greedy_keep(adv.tolist(), uids, toks, tau)
 
 
@@ -202,7 +201,7 @@ def test_release_hand_case_seed_only_comparison():
     toks = [[1, 2], [3, 4], [1, 5], [3, 4], [9], [9]]
     r = mdap_prune(adv, ["q"] * 6, toks, tau=0.8)
     assert r.kept.tolist() == [0, 1, 3, 4]
-    assert mdap_select(adv, ["q"] * 6, toks, tau=0.8, rule="greedy").tolist() == [0, 1, 4]
+    assert mdap_prune(adv, ["q"] * 6, toks, tau=0.8, rule="greedy").kept.tolist() == [0, 1, 4]
     assert r.num_buckets == 2 and r.kept_before_refill == 4
     assert sorted(r.seed_similarities) == [0.0, 0.0, 1 / 3, 1.0]
 
@@ -216,12 +215,12 @@ def test_release_boundary_is_exact():
         s = list(range(100, 100 + n_extra)) + seed
         m = member
         j = similarity(s, m)
-        kept = mdap_select([1.0, 1.0], ["q", "q"], [s, m], tau=0.8).tolist()
+        kept = mdap_prune([1.0, 1.0], ["q", "q"], [s, m], tau=0.8).kept.tolist()
         assert (1 in kept) == (j < Fraction(1, 5))
     # J = 2/10 with tau = 0.8: also exactly on the boundary
     a, b = list(range(6)), [0, 1, 6, 7, 8, 9]
     assert similarity(a, b) == Fraction(2, 10)
-    assert mdap_select([1.0, 1.0], ["q", "q"], [a, b], tau=0.8).tolist() == [0]
+    assert mdap_prune([1.0, 1.0], ["q", "q"], [a, b], tau=0.8).kept.tolist() == [0]
 
 
 def test_buckets_round_to_four_decimals_without_chaining():
@@ -237,17 +236,17 @@ def test_empty_responses():
     # two empty responses: union empty -> J = 1 -> pruned at every tau (even 0); empty vs non-empty: J = 0
     adv = [1.0, 1.0, 1.0]
     toks = [[], [], [5]]
-    assert mdap_select(adv, ["q"] * 3, toks, tau=0.0).tolist() == [0, 2]
-    assert mdap_select(adv, ["q"] * 3, toks, tau=0.8).tolist() == [0, 2]
-    assert mdap_select(adv, ["q"] * 3, toks, tau=1.0).tolist() == [0]
+    assert mdap_prune(adv, ["q"] * 3, toks, tau=0.0).kept.tolist() == [0, 2]
+    assert mdap_prune(adv, ["q"] * 3, toks, tau=0.8).kept.tolist() == [0, 2]
+    assert mdap_prune(adv, ["q"] * 3, toks, tau=1.0).kept.tolist() == [0]
 
 
 def test_all_zero_advantages_keep_one_per_question_then_refill():
     adv = [0.0] * 8
     uids = ["a"] * 4 + ["b"] * 4
     toks = [[1, 2]] * 8
-    assert mdap_select(adv, uids, toks, tau=0.8).tolist() == [0, 4]
-    assert mdap_select(adv, uids, toks, tau=0.8, align_to=4).tolist() == [0, 1, 4, 5]
+    assert mdap_prune(adv, uids, toks, tau=0.8).kept.tolist() == [0, 4]
+    assert mdap_prune(adv, uids, toks, tau=0.8, align_to=4).kept.tolist() == [0, 1, 4, 5]
 
 
 def test_refill_round_robin_in_uid_order_by_abs_advantage():
@@ -256,11 +255,11 @@ def test_refill_round_robin_in_uid_order_by_abs_advantage():
     adv = [1.0, 1.0, -0.5, 1.0, 1.0, 1.0]
     toks = [[1]] * 6
     # kept seeds: q10 -> 0 (bucket 1.0) and 2 (bucket -0.5); q2 -> 3
-    assert mdap_select(adv, uids, toks, tau=0.8).tolist() == [0, 2, 3]
+    assert mdap_prune(adv, uids, toks, tau=0.8).kept.tolist() == [0, 2, 3]
     # need 1: uid 2 first, its best pruned response is 4
-    assert mdap_select(adv, uids, toks, tau=0.8, align_to=4).tolist() == [0, 2, 3, 4]
+    assert mdap_prune(adv, uids, toks, tau=0.8, align_to=4).kept.tolist() == [0, 2, 3, 4]
     # need 3 (to 6): 4 (q2), 1 (q10), 5 (q2)
-    assert mdap_select(adv, uids, toks, tau=0.8, align_to=6).tolist() == [0, 1, 2, 3, 4, 5]
+    assert mdap_prune(adv, uids, toks, tau=0.8, align_to=6).kept.tolist() == [0, 1, 2, 3, 4, 5]
 
 
 def test_refill_that_cannot_reach_a_multiple_keeps_everything():
@@ -291,13 +290,13 @@ def ref_cppo(adv, uids, p):
 @given(batches(), st.sampled_from([0.0, 0.25, 0.5, 0.75, 0.9, 1.0]))
 def test_cppo_matches_reference(batch, p):
     adv, uids, _ = batch
-    assert set(cppo_select(adv, uids, prune_rate=p).tolist()) == ref_cppo(adv.tolist(), uids, p)
+    assert set(cppo_prune(adv, uids, prune_rate=p).kept.tolist()) == ref_cppo(adv.tolist(), uids, p)
 
 
 def test_cppo_hand_case():
     adv = [0.5, -1.5, 1.5, 0.1]
-    assert cppo_select(adv, ["q"] * 4, prune_rate=0.5).tolist() == [1, 2]
-    assert cppo_select(adv, ["q"] * 4, prune_rate=0.75).tolist() == [2]  # tie on |A|: positive first
+    assert cppo_prune(adv, ["q"] * 4, prune_rate=0.5).kept.tolist() == [1, 2]
+    assert cppo_prune(adv, ["q"] * 4, prune_rate=0.75).kept.tolist() == [2]  # tie on |A|: positive first
 
 
 @settings(max_examples=50, deadline=None)
@@ -327,12 +326,12 @@ def test_kept_counts():
 @pytest.mark.parametrize(
     "call, match",
     [
-        (lambda: mdap_select([1.0, float("nan")], ["a", "a"], [[1], [2]]), "not finite"),
-        (lambda: mdap_select([1.0, 1.0], ["a"], [[1], [2]]), "len\\(uids\\)"),
-        (lambda: mdap_select([1.0, 1.0], ["a", "a"], [[1]]), "len\\(token_ids\\)"),
-        (lambda: mdap_select([1.0, 1.0], ["a", "a"], [[1], [2]], align_to=0), "align_to"),
-        (lambda: mdap_select([], [], []), "empty batch"),
-        (lambda: mdap_select([1.0, 1.0], ["a", "a"], [[1], [-2]]), "negative token id"),
+        (lambda: mdap_prune([1.0, float("nan")], ["a", "a"], [[1], [2]]).kept, "not finite"),
+        (lambda: mdap_prune([1.0, 1.0], ["a"], [[1], [2]]).kept, "len\\(uids\\)"),
+        (lambda: mdap_prune([1.0, 1.0], ["a", "a"], [[1]]).kept, "len\\(token_ids\\)"),
+        (lambda: mdap_prune([1.0, 1.0], ["a", "a"], [[1], [2]], align_to=0).kept, "align_to"),
+        (lambda: mdap_prune([], [], []).kept, "empty batch"),
+        (lambda: mdap_prune([1.0, 1.0], ["a", "a"], [[1], [-2]]).kept, "negative token id"),
     ],
 )
 def test_bad_input(call, match):
@@ -349,7 +348,7 @@ def test_similarity_exactly_one_minus_tau_is_pruned_for_every_union(tau):
         seed = list(range(inter)) + list(range(1000, 1000 + union - inter))  # |seed| = union, ∩ = inter
         member = list(range(inter))
         assert similarity(seed, member) == bound
-        assert mdap_select([1.0, 1.0], ["q", "q"], [seed, member], tau=tau).tolist() == [0], (tau, union)
+        assert mdap_prune([1.0, 1.0], ["q", "q"], [seed, member], tau=tau).kept.tolist() == [0], (tau, union)
         # one more shared token than the boundary allows... one fewer: J < 1 - tau -> kept
         if inter > 0:
-            assert mdap_select([1.0, 1.0], ["q", "q"], [seed, member[:-1]], tau=tau).tolist() == [0, 1]
+            assert mdap_prune([1.0, 1.0], ["q", "q"], [seed, member[:-1]], tau=tau).kept.tolist() == [0, 1]

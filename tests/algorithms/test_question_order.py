@@ -10,7 +10,7 @@ from collections import defaultdict
 import pytest
 import torch
 
-from fastrl.algorithms.pruning import mdap_prune, mdap_select, random_prune
+from fastrl.algorithms.pruning import mdap_prune, random_prune
 
 
 def _release_refill(kept: set[int], adv: list[float], qid_of: list[int], divisor: int) -> set[int]:
@@ -49,15 +49,15 @@ def _batch():
 
 def test_partial_refill_goes_where_the_release_sends_it():
     uids, qids, adv, tokens = _batch()
-    phase1 = set(mdap_select(adv, uids, tokens, tau=0.8, align_to=1).tolist())
+    phase1 = set(mdap_prune(adv, uids, tokens, tau=0.8, align_to=1).kept.tolist())
     assert len(phase1) == 6  # two seeds per question; 2 more needed to reach a multiple of 4
     release = _release_refill(phase1, adv, qids, divisor=4)
-    got = set(mdap_select(adv, uids, tokens, tau=0.8, align_to=4, question_ids=qids).tolist())
+    got = set(mdap_prune(adv, uids, tokens, tau=0.8, align_to=4, question_ids=qids).kept.tolist())
     assert got == release
     refilled = {uids[i] for i in got - phase1}
     assert refilled == {"geometry3k-train-9", "geometry3k-train-10"}
     # by string uid the refill would go to 10 and 100: the deviation this fixes
-    by_uid = set(mdap_select(adv, uids, tokens, tau=0.8, align_to=4).tolist())
+    by_uid = set(mdap_prune(adv, uids, tokens, tau=0.8, align_to=4).kept.tolist())
     assert {uids[i] for i in by_uid - phase1} == {"geometry3k-train-10", "geometry3k-train-100"}
 
 
@@ -75,8 +75,8 @@ def test_random_differential_against_the_release_order():
                 adv.append(float(torch.randint(-2, 3, (1,), generator=g)))
                 tokens.append(torch.randint(0, 6, (4,), generator=g).tolist())
         d = int(torch.randint(2, 9, (1,), generator=g))
-        phase1 = set(mdap_select(adv, uids, tokens, tau=0.5, align_to=1).tolist())
-        got = set(mdap_select(adv, uids, tokens, tau=0.5, align_to=d, question_ids=qids).tolist())
+        phase1 = set(mdap_prune(adv, uids, tokens, tau=0.5, align_to=1).kept.tolist())
+        got = set(mdap_prune(adv, uids, tokens, tau=0.5, align_to=d, question_ids=qids).kept.tolist())
         if len(got) % d == 0 or len(got) == len(uids):
             assert got == _release_refill(phase1, adv, qids, d)
 
@@ -87,8 +87,8 @@ def test_question_ids_of_one_question_must_agree_and_missing_ids_fall_back_to_ui
     bad[1] = 7
     with pytest.raises(ValueError, match="geometry3k-train-9.*question ids"):
         mdap_prune(adv, uids, tokens, align_to=4, question_ids=bad)
-    none = mdap_select(adv, uids, tokens, align_to=4, question_ids=[None] * len(uids))
-    assert torch.equal(none, mdap_select(adv, uids, tokens, align_to=4))
+    none = mdap_prune(adv, uids, tokens, align_to=4, question_ids=[None] * len(uids)).kept
+    assert torch.equal(none, mdap_prune(adv, uids, tokens, align_to=4).kept)
     assert random_prune(adv, uids, align_to=4, generator=torch.Generator().manual_seed(1),
                         question_ids=qids).kept.numel() % 4 == 0
 
@@ -103,7 +103,7 @@ def test_training_files_carry_their_row_as_question_id(tmp_path):
         path.write_text("".join(json.dumps({"uid": f"{name}-{i}", "problem": f"{i} + 1 ?", "images": [], "answer": "1",
                                             "source": "t", "meta": {}}) + "\n" for i in range(n)))
         files.append(str(path))
-    cfg = load_config("methods/fastrl.yaml", ["data.task=files", "model.path=some/model", f"data.train_files=[{','.join(files)}]",
+    cfg = load_config("methods/fastrl.yaml", ["data.task=files", "model.source=path", "model.path=some/model", f"data.train_files=[{','.join(files)}]",
                                               f"data.val_files=[{files[1]}]"], scale="smoke")
     train, val, _ = load_datasets(cfg)
     assert [r.row_id for r in train] == [0, 1, 2, 3, 4]  # file after file, as the release's start_question_id

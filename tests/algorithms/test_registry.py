@@ -11,16 +11,17 @@ import torch
 from fastrl.algorithms import losses
 from fastrl.algorithms import registry as R
 from fastrl.algorithms.advantages import grpo_advantages
-from fastrl.algorithms.pruning import CPPOPruner, MDAPPruner
-from fastrl.algorithms.rollout_scale import ReleaseRolloutScaler, RetentionRolloutScaler
-from fastrl.config import AlgorithmConfig
+from fastrl.algorithms.pruning import CPPOPruner, MDAPPruner, PruneBatch
+from fastrl.algorithms.rollout_scale import FixedRolloutScaler, ReleaseRolloutScaler, RetentionRolloutScaler
+from fastrl.algorithms.sections import CPPOConfig, MDAPConfig, RandomPruneConfig
+from fastrl.config import FastRLConfig
 
 
 def test_component_names():
     assert set(R.PROMPT_SELECTORS) == {"all", "greso"}
     assert set(R.GROUP_FILTERS) == {"none", "dapo"}
     assert set(R.PRUNERS) == {"none", "mdap", "cppo", "random", "advantage_only"}
-    assert set(R.ROLLOUT_SCALERS) == {"fixed", "ars"}
+    assert set(R.ROLLOUT_SCALERS) == {"fixed", "ars", "ars_retention"}
     assert set(R.POLICY_LOSSES) == {"ppo_clip", "gspo", "gspo_token"} == set(losses.POLICY_LOSS_KINDS)
     assert set(R.ADVANTAGE_ESTIMATORS) == {"grpo", "drgrpo"}
 
@@ -51,20 +52,20 @@ def test_lazy_entries_load_once_and_plain_assignment_works():
     assert "other" not in reg and reg.get("other") is None
 
 
-@pytest.mark.parametrize("name, hp", [("none", {}), ("mdap", {"tau": 0.8, "rule": "release"}),
-                                      ("mdap", {"tau": 0.8, "rule": "greedy"}),
-                                      ("cppo", {"prune_rate": 0.5, "prune_first": False}),
-                                      ("random", {"prune_rate": 0.5}), ("advantage_only", {})])
+@pytest.mark.parametrize("name, config", [("none", None), ("mdap", MDAPConfig(0.8, "release")),
+                                          ("mdap", MDAPConfig(0.8, "greedy")), ("cppo", CPPOConfig(0.5, False)),
+                                          ("random", RandomPruneConfig(0.5)), ("advantage_only", None)])
 @pytest.mark.parametrize("d", [1, 3, 4])
-def test_every_pruner_has_the_trainer_signature(name, hp, d):
+def test_every_pruner_takes_the_batch_view(name, config, d):
     uids = [f"q{i % 5}" for i in range(40)]  # interleaved, 8 per question
     g = torch.Generator().manual_seed(0)
     rewards = torch.randint(0, 4, (40,), generator=g).float() / 2
     adv = grpo_advantages(rewards, uids)
     toks = [torch.randint(0, 50, (int(torch.randint(1, 20, (1,), generator=g)),), generator=g).tolist()
             for _ in range(40)]
-    pruner = R.get(R.PRUNERS, name)(**hp)
-    result = pruner(adv, uids, toks, align_to=d, generator=torch.Generator().manual_seed(1))
+    batch = PruneBatch(adv, uids, [None] * 40, toks, rewards)
+    pruner = R.get(R.PRUNERS, name)(*([config] if config else []))
+    result = pruner(batch, align_to=d, generator=torch.Generator().manual_seed(1))
     kept = result.kept
     assert kept.dtype == torch.long and kept.tolist() == sorted(set(kept.tolist()))
     assert {uids[i] for i in kept.tolist()} == set(uids)
@@ -77,17 +78,17 @@ def test_every_pruner_has_the_trainer_signature(name, hp, d):
     assert pruner.prune_first is (name != "cppo")
 
 
-def test_pruners_check_their_hyperparameters_once_when_built():
+def test_a_pruner_built_by_hand_checks_its_section():
     with pytest.raises(TypeError, match="tau"):
-        CPPOPruner(tau=0.5)
-    with pytest.raises(ValueError, match=r"MDAPPruner: tau = 2 must lie in \[0, 1\]"):
-        MDAPPruner(tau=2)
-    with pytest.raises(ValueError, match=r"MDAPPruner: rule = 'nearest' is not one of release, greedy"):
-        MDAPPruner(rule="nearest")  # type: ignore[arg-type]
-    with pytest.raises(ValueError, match=r"CPPOPruner: prune_rate = 2.0 must lie in \[0, 1\]"):
-        CPPOPruner(prune_rate=2.0)
-    with pytest.raises(ValueError, match=r"RandomPruner: prune_rate = -0.1"):
-        R.get(R.PRUNERS, "random")(prune_rate=-0.1)
+        CPPOPruner(tau=0.5)  # type: ignore[call-arg]
+    with pytest.raises(ValueError, match=r"^tau = 2 must lie in \[0, 1\]$"):
+        MDAPPruner(MDAPConfig(tau=2))
+    with pytest.raises(ValueError, match=r"^rule = 'nearest' is not one of release, greedy$"):
+        MDAPPruner(MDAPConfig(rule="nearest"))
+    with pytest.raises(ValueError, match=r"prune_rate = 2.0 must lie in \[0, 1\]"):
+        CPPOPruner(CPPOConfig(prune_rate=2.0))
+    with pytest.raises(ValueError, match=r"prune_rate = -0.1"):
+        R.get(R.PRUNERS, "random")(RandomPruneConfig(prune_rate=-0.1))
 
 
 def test_policy_losses_and_estimators_are_callable():
@@ -99,25 +100,23 @@ def test_policy_losses_and_estimators_are_callable():
 
 
 def test_each_component_is_built_from_its_own_config_section():
-    a = AlgorithmConfig()
+    a = FastRLConfig().algorithm
     a.mdap.tau, a.mdap.rule, a.cppo.prune_rate, a.cppo.prune_first = 0.6, "greedy", 0.25, True
     a.greso.p_easy, a.dapo.max_tries, a.ars.period_steps, a.ars.n_floor = 0.3, 7, 3, 4
-    assert R.build(R.PRUNERS, "mdap", a) == MDAPPruner(tau=0.6, rule="greedy")
-    assert R.build(R.PRUNERS, "cppo", a) == CPPOPruner(prune_rate=0.25, prune_first=True)
-    assert R.build(R.PRUNERS, "random", a).prune_rate == a.random.prune_rate
+    assert R.build(R.PRUNERS, "mdap", a) == MDAPPruner(MDAPConfig(tau=0.6, rule="greedy"))
+    assert R.build(R.PRUNERS, "mdap", a).config is a.mdap  # the typed section itself, no field matching
+    assert R.build(R.PRUNERS, "cppo", a) == CPPOPruner(CPPOConfig(prune_rate=0.25, prune_first=True))
+    assert R.build(R.PRUNERS, "random", a).config.prune_rate == a.random.prune_rate
     assert R.build(R.PROMPT_SELECTORS, "greso", a).p_easy == 0.3
     assert R.bind(R.GROUP_FILTERS, "dapo", a)(16).max_tries == 7
     assert R.bind(R.GROUP_FILTERS, "none", a)(16).target_groups == 16
     ars = R.build(R.ROLLOUT_SCALERS, "ars", a, n_init=8)
     assert isinstance(ars, ReleaseRolloutScaler) and (ars.n, ars.n_floor, ars.period.steps) == (8, 4, 3)
     a.ars.rule, a.ars.n_min, a.ars.beta = "retention", 2, 0.25
-    ars = R.build(R.ROLLOUT_SCALERS, "ars", a, n_init=6)
+    ars = R.build(R.ROLLOUT_SCALERS, "ars_retention", a, n_init=6)
     assert isinstance(ars, RetentionRolloutScaler) and (ars.n_min, ars.n_max, ars.beta) == (2, 6, 0.25)
     fixed = R.build(R.ROLLOUT_SCALERS, "fixed", a, n_init=6)
-    assert (fixed.n, fixed.period.steps, fixed.per_prompt) == (6, 3, False)
-    a.ars.rule = "fancy"
-    with pytest.raises(ValueError, match=r"ARS: rule = 'fancy' is not one of release, retention"):
-        R.build(R.ROLLOUT_SCALERS, "ars", a, n_init=8)
+    assert isinstance(fixed, FixedRolloutScaler) and (fixed.n, fixed.period.steps) == (6, 3)
     with pytest.raises(ValueError, match=r"unknown pruner 'magic'; valid: advantage_only, cppo, mdap, none, random"):
         R.build(R.PRUNERS, "magic", a)
 
@@ -127,12 +126,12 @@ class _Section:
     scale: float = 2.0
 
 
-def test_a_plugin_is_built_from_the_section_it_names():
+def test_a_plugin_is_built_from_its_typed_section():
     reg = R.Registry("thing")
 
-    @R.register(reg, "scaled", section="custom")
-    def scaled(scale: float, *, base: float) -> float:
-        return scale * base
+    @R.register(reg, "scaled", section="custom", config=_Section)
+    def scaled(config: _Section, *, base: float) -> float:
+        return config.scale * base
 
     @dataclass
     class Sections:
@@ -145,6 +144,24 @@ def test_a_plugin_is_built_from_the_section_it_names():
         return base
 
     assert R.build(reg, "plain", Sections(_Section(3.0)), base=2.0) == 2.0
+    with pytest.raises(ValueError, match="needs both a name and a dataclass"):
+        R.register(reg, "half", section="other")(plain)
+
+
+def test_a_section_name_is_typed_by_one_dataclass():
+    @dataclass
+    class OtherMDAP:
+        tau: float = 0.5
+
+    with pytest.raises(ValueError, match=r"config section 'mdap' is already typed by fastrl.algorithms.sections.MDAPConfig"):
+        R.register(R.PRUNERS, "my_mdap", section="mdap", config=OtherMDAP)(object)
+    with pytest.raises(ValueError, match=r"config section 'pruner' is not available"):
+        R.register(R.PRUNERS, "my_mdap", section="pruner", config=OtherMDAP)(object)
+    R.register(R.PRUNERS, "my_mdap", section="mdap", config=MDAPConfig)(object)  # sharing the same dataclass: fine
+    try:
+        assert R.sections()["mdap"] is MDAPConfig
+    finally:
+        del R.PRUNERS["my_mdap"]
 
 
 def test_core_imports_without_vllm_or_deepspeed():

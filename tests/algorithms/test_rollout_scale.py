@@ -9,11 +9,15 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fastrl.algorithms.rollout_scale import AdaptiveRolloutScaler, FixedRolloutScaler
+from types import SimpleNamespace
+
+from fastrl.algorithms import registry as R
+from fastrl.algorithms.rollout_scale import FixedRolloutScaler, ReleaseRolloutScaler, RetentionRolloutScaler
+from fastrl.algorithms.sections import ARSConfig
 
 
 def test_paper_example():
-    s = AdaptiveRolloutScaler(rule="retention", n_init=8)
+    s = RetentionRolloutScaler(n_init=8)
     s.observe([3, 5, 4])
     # k̄ = 4, k_max = 5, ρ = 0.5 -> ⌈4 + 0.5 · 1⌉ + 1 = 6
     assert s.end_period() == 6 and s.n == 6
@@ -22,7 +26,7 @@ def test_paper_example():
 
 
 def test_mapping_input_and_several_steps_per_period():
-    s = AdaptiveRolloutScaler(rule="retention", n_init=8)
+    s = RetentionRolloutScaler(n_init=8)
     s.observe({"a": 2, "b": 2})
     s.observe({"c": 2, "d": 6})
     # k̄ = 3, k_max = 6: ⌈3 + 1.5⌉ + 1 = 6
@@ -30,7 +34,7 @@ def test_mapping_input_and_several_steps_per_period():
 
 
 def test_growth_when_retention_is_high():
-    s = AdaptiveRolloutScaler(rule="retention", n_init=8, n_max=12)
+    s = RetentionRolloutScaler(n_init=8, n_max=12)
     s.observe([8, 7, 7, 8])  # ρ = 7.5 / 8 = 0.9375 >= 0.9
     assert s.end_period() == 10 and s.last_decision["grew"] == 1.0
     s.observe([10] * 3)
@@ -40,22 +44,22 @@ def test_growth_when_retention_is_high():
 
 
 def test_growth_is_capped_at_the_initial_n_by_default():
-    s = AdaptiveRolloutScaler(rule="retention", n_init=8)
+    s = RetentionRolloutScaler(n_init=8)
     s.observe([8, 8])
     assert s.end_period() == 8
 
 
 def test_clipping_to_n_min():
-    s = AdaptiveRolloutScaler(rule="retention", n_init=8, n_min=4)
+    s = RetentionRolloutScaler(n_init=8, n_min=4)
     s.observe([1, 1, 1])  # ⌈1⌉ + 1 = 2 -> clipped to 4
     assert s.end_period() == 4
-    s2 = AdaptiveRolloutScaler(rule="retention", n_init=8, n_min=2, headroom=0)
+    s2 = RetentionRolloutScaler(n_init=8, n_min=2, headroom=0)
     s2.observe([0, 0])  # ⌈0⌉ + 0 = 0 -> never below 2
     assert s2.end_period() == 2
 
 
 def test_empty_period_leaves_n_unchanged():
-    s = AdaptiveRolloutScaler(rule="retention", n_init=8)
+    s = RetentionRolloutScaler(n_init=8)
     s.observe([2, 2])
     assert s.end_period() == 4
     assert s.end_period() == 4
@@ -63,13 +67,13 @@ def test_empty_period_leaves_n_unchanged():
 
 
 def test_integer_target_does_not_round_up():
-    s = AdaptiveRolloutScaler(rule="retention", n_init=8, beta=0.1)
+    s = RetentionRolloutScaler(n_init=8, beta=0.1)
     s.observe([3, 3, 3, 3, 3, 3, 3, 3, 3, 6])  # k̄ = 3.3, k_max = 6: 3.3 + 0.27 = 3.57 -> 4 + 1
     assert s.end_period() == 5
-    s = AdaptiveRolloutScaler(rule="retention", n_init=10, n_min=2, beta=0.5)
+    s = RetentionRolloutScaler(n_init=10, n_min=2, beta=0.5)
     s.observe([4, 6])  # 5 + 0.5 = 5.5 -> 6 + 1
     assert s.end_period() == 7
-    s = AdaptiveRolloutScaler(rule="retention", n_init=10, n_min=2, beta=0.5)
+    s = RetentionRolloutScaler(n_init=10, n_min=2, beta=0.5)
     s.observe([3, 3, 6])  # k̄ = 4, + 1 = 5 exactly -> 5 + 1 (no float creep to 7)
     assert s.end_period() == 6
 
@@ -79,7 +83,7 @@ def test_integer_target_does_not_round_up():
 def test_rule_against_reference(n_init, data):
     n_min = data.draw(st.integers(2, n_init))
     beta = data.draw(st.sampled_from([0.0, 0.25, 0.5, 1.0]))
-    s = AdaptiveRolloutScaler(rule="retention", n_init=n_init, n_min=n_min, beta=beta)
+    s = RetentionRolloutScaler(n_init=n_init, n_min=n_min, beta=beta)
     for _ in range(3):
         n = s.n
         ks = data.draw(st.lists(st.integers(0, n), min_size=1, max_size=10))
@@ -94,7 +98,7 @@ def test_rule_against_reference(n_init, data):
 
 
 def test_per_prompt_mode():
-    s = AdaptiveRolloutScaler(rule="retention", n_init=8, per_prompt=True)
+    s = RetentionRolloutScaler(n_init=8, per_prompt=True)
     assert s.n_for("easy") == 8
     s.observe({"easy": 1, "diverse": 8, "mid": 4})
     s.end_period()
@@ -111,25 +115,25 @@ def test_per_prompt_mode():
 
 
 def test_global_mode_n_for_is_n():
-    s = AdaptiveRolloutScaler(rule="retention", n_init=8)
+    s = RetentionRolloutScaler(n_init=8)
     s.observe({"a": 2, "b": 2})
     s.end_period()
     assert s.n_for("a") == s.n_for("zzz") == s.n == 4
 
 
 def test_counts_above_n_are_clipped():
-    s = AdaptiveRolloutScaler(rule="retention", n_init=8)
+    s = RetentionRolloutScaler(n_init=8)
     s.observe({"twice": 12, "b": 8})
     s.end_period()
     assert s.last_decision["k_max"] == 8.0
 
 
 def test_state_dict_round_trip():
-    a = AdaptiveRolloutScaler(rule="retention", n_init=8, per_prompt=True)
+    a = RetentionRolloutScaler(n_init=8, per_prompt=True)
     a.observe({"x": 2, "y": 7})
     a.end_period()
     a.observe({"x": 3, "z": 1})  # an open period must survive a checkpoint too
-    b = AdaptiveRolloutScaler(rule="retention", n_init=8, per_prompt=True)
+    b = RetentionRolloutScaler(n_init=8, per_prompt=True)
     b.load_state_dict(a.state_dict())
     assert b.n == a.n and b.n_for("x") == a.n_for("x") and b.last_decision == a.last_decision
     assert a.end_period() == b.end_period()
@@ -162,11 +166,11 @@ def test_fixed_scaler_interface():
 )
 def test_bad_construction(kwargs, match):
     with pytest.raises(ValueError, match=match):
-        AdaptiveRolloutScaler(rule="retention", **kwargs)
+        RetentionRolloutScaler(**kwargs)
 
 
 def test_bad_counts():
-    s = AdaptiveRolloutScaler()
+    s = ReleaseRolloutScaler()
     with pytest.raises(ValueError, match=r"kept count \['a'\] = -1 must be a non-negative integer"):
         s.observe({"a": -1})
     with pytest.raises(ValueError, match=r"kept count #0 = 2.5"):
@@ -190,22 +194,31 @@ def ref_release(stats, progresses, n0, floor=2):
     return out
 
 
-def test_default_rule_is_release():
-    from fastrl.algorithms.rollout_scale import ReleaseRolloutScaler, RetentionRolloutScaler
-
-    assert isinstance(AdaptiveRolloutScaler(n_init=8), ReleaseRolloutScaler)
-    assert isinstance(AdaptiveRolloutScaler(n_init=8, rule="retention"), RetentionRolloutScaler)
-    with pytest.raises(ValueError, match="rule"):
-        AdaptiveRolloutScaler(n_init=8, rule="fancy")
+def test_one_class_per_rule_each_registered_and_built_from_algorithm_ars():
+    sections = SimpleNamespace(ars=ARSConfig(n_floor=3, period_steps=2, n_min=2, beta=0.25))
+    fixed = R.build(R.ROLLOUT_SCALERS, "fixed", sections, n_init=8)
+    release = R.build(R.ROLLOUT_SCALERS, "ars", sections, n_init=8)
+    assert type(fixed) is FixedRolloutScaler and (fixed.n, fixed.period.steps) == (8, 2)
+    assert type(release) is ReleaseRolloutScaler and (release.n_floor, release.period.steps) == (3, 2)
+    with pytest.raises(ValueError, match=r"rule = 'release' is the rule of rollout_scaler ars, but rollout_scaler "
+                                         r"is ars_retention; set algorithm.rollout_scaler=ars, or algorithm.ars.rule=retention"):
+        R.build(R.ROLLOUT_SCALERS, "ars_retention", sections, n_init=8)
+    sections.ars.rule = "retention"
+    retention = R.build(R.ROLLOUT_SCALERS, "ars_retention", sections, n_init=8)
+    assert type(retention) is RetentionRolloutScaler and (retention.n_min, retention.beta, retention.n_max) == (2, 0.25, 8)
+    with pytest.raises(ValueError, match="rule = 'retention' is the rule of rollout_scaler ars_retention"):
+        R.build(R.ROLLOUT_SCALERS, "ars", sections, n_init=8)
+    assert not any(issubclass(a, b) for a in (FixedRolloutScaler, ReleaseRolloutScaler, RetentionRolloutScaler)
+                   for b in (FixedRolloutScaler, ReleaseRolloutScaler, RetentionRolloutScaler) if a is not b)
     with pytest.raises(TypeError):
-        AdaptiveRolloutScaler(n_init=8, n_min=4)  # a retention option given to the release rule
+        ReleaseRolloutScaler(n_init=8, n_min=4)  # a retention option given to the release rule
 
 
 def test_release_steady_statistics_hand_case():
     # mean 3, max 6 every step; 12 periods of 1 step each: g1 = 4.5 after the first, f3 = 6 - 3a;
     # f3 < g1 from a > 1/2: n = round(8 - (4.5 - f3)) = round(9.5 - 3a): a = 7/12 -> 7.75 -> 8,
     # 8/12 -> 7.5 -> 8 (half to even), 9/12 -> 7.25 -> 7, ..., 12/12 -> 6.5 -> 6.
-    s = AdaptiveRolloutScaler(n_init=8)
+    s = ReleaseRolloutScaler(n_init=8)
     got = []
     for e in range(1, 13):
         s.observe({"a": 6, "b": 0})
@@ -215,7 +228,7 @@ def test_release_steady_statistics_hand_case():
 
 
 def test_release_g1_is_set_once_and_empty_periods_change_nothing():
-    s = AdaptiveRolloutScaler(n_init=8)
+    s = ReleaseRolloutScaler(n_init=8)
     assert s.end_period(0.1) == 8 and s.g1 is None and s.f3 is None  # nothing observed yet
     s.observe([2, 2])
     s.end_period(0.5)
@@ -228,7 +241,7 @@ def test_release_g1_is_set_once_and_empty_periods_change_nothing():
 
 
 def test_release_floor():
-    s = AdaptiveRolloutScaler(n_init=4)
+    s = ReleaseRolloutScaler(n_init=4)
     s.observe([8, 8])
     s.end_period(0.0)  # g1 = 8
     s.observe([1, 1])
@@ -241,7 +254,7 @@ def test_release_against_reference(n0, data):
     periods = data.draw(st.lists(st.lists(st.lists(st.integers(0, 16), min_size=1, max_size=5), max_size=4),
                                  min_size=1, max_size=8))
     progresses = sorted(data.draw(st.lists(st.floats(0, 1), min_size=len(periods), max_size=len(periods))))
-    s = AdaptiveRolloutScaler(n_init=n0)
+    s = ReleaseRolloutScaler(n_init=n0)
     got = []
     stats = []
     for period, a in zip(periods, progresses):
@@ -254,20 +267,20 @@ def test_release_against_reference(n0, data):
 
 
 def test_release_state_dict_round_trip():
-    a = AdaptiveRolloutScaler(n_init=8)
+    a = ReleaseRolloutScaler(n_init=8)
     a.observe([3, 6])
     a.end_period(0.2)
     a.observe([1, 2])  # an open period travels with the checkpoint
-    b = AdaptiveRolloutScaler(n_init=8)
+    b = ReleaseRolloutScaler(n_init=8)
     b.load_state_dict(a.state_dict())
     assert a.end_period(0.9) == b.end_period(0.9) and a.state_dict() == b.state_dict()
     with pytest.raises(ValueError, match="release"):
-        b.load_state_dict(AdaptiveRolloutScaler(n_init=8, rule="retention").state_dict())
+        b.load_state_dict(RetentionRolloutScaler(n_init=8).state_dict())
 
 
 def test_release_end_period_needs_progress():
     with pytest.raises(ValueError, match="progress"):
-        AdaptiveRolloutScaler(n_init=8).end_period()
+        ReleaseRolloutScaler(n_init=8).end_period()
 
 
 # ------------------------------------------------------------------ periods: the scaler ends them
@@ -281,7 +294,7 @@ def _steps(scaler, epochs, counts=None, total=None):
 
 
 def test_a_period_ends_every_period_steps_steps():
-    s = AdaptiveRolloutScaler(n_init=8, period_steps=2)
+    s = ReleaseRolloutScaler(n_init=8, period_steps=2)
     got = _steps(s, [0] * 5)
     assert [bool(m) for m in got] == [False, True, False, True, False]
     assert got[1]["ars/num_observations"] == 2.0 and got[1]["ars/progress"] == 2 / 5
@@ -289,7 +302,7 @@ def test_a_period_ends_every_period_steps_steps():
 
 
 def test_a_period_ends_at_each_epoch_boundary_when_period_steps_is_zero():
-    s = AdaptiveRolloutScaler(n_init=8)
+    s = ReleaseRolloutScaler(n_init=8)
     got = _steps(s, [0, 0, 1, 1, 1, 3])
     assert [bool(m) for m in got] == [False, False, True, False, False, True]
     assert got[2]["ars/num_observations"] == 3.0  # the step that reached epoch 1 belongs to epoch 0's period
@@ -297,16 +310,16 @@ def test_a_period_ends_at_each_epoch_boundary_when_period_steps_is_zero():
 
 
 def test_metrics_are_the_decision_as_ars_keys_for_every_rule():
-    for scaler in (AdaptiveRolloutScaler(n_init=8, period_steps=1),
-                   AdaptiveRolloutScaler(n_init=8, rule="retention", period_steps=1),
+    for scaler in (ReleaseRolloutScaler(n_init=8, period_steps=1),
+                   RetentionRolloutScaler(n_init=8, period_steps=1),
                    FixedRolloutScaler(8, period_steps=1)):
         (m,) = _steps(scaler, [0])
         assert m == {f"ars/{k}": float(v) for k, v in scaler.last_decision.items()} and m
 
 
 def test_the_open_period_resumes_from_the_state_dict():
-    for make in (lambda: AdaptiveRolloutScaler(n_init=8, period_steps=3),
-                 lambda: AdaptiveRolloutScaler(n_init=8, rule="retention", period_steps=3)):
+    for make in (lambda: ReleaseRolloutScaler(n_init=8, period_steps=3),
+                 lambda: RetentionRolloutScaler(n_init=8, period_steps=3)):
         a, b = make(), make()
         _steps(a, [0] * 4, total=10)  # a period ended at step 3; step 4 is open
         b.load_state_dict(a.state_dict())
@@ -320,4 +333,4 @@ def test_the_open_period_resumes_from_the_state_dict():
 
 def test_period_steps_must_be_a_non_negative_integer():
     with pytest.raises(ValueError, match=r"period_steps = -1 must be an integer >= 0"):
-        AdaptiveRolloutScaler(n_init=8, period_steps=-1)
+        ReleaseRolloutScaler(n_init=8, period_steps=-1)

@@ -31,7 +31,7 @@ def _cfg(train: list[Path], val: list[Path] = (), ood: list[Path] = (), reward: 
         return "[" + ",".join(str(p) for p in ps) + "]"
 
     return load_config("methods/grpo.yaml", [
-        "data.task=files", "model.path=any/model", f"data.train_files={paths(train)}", f"data.val_files={paths(val)}",
+        "data.task=files", "model.source=path", "model.path=any/model", f"data.train_files={paths(train)}", f"data.val_files={paths(val)}",
         f"data.ood_variants={paths(ood)}", f"data.reward={reward}"], scale="smoke")
 
 

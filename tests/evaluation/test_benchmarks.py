@@ -33,7 +33,7 @@ def test_each_prepared_benchmark_has_its_own_pair():
 
 
 def test_ood_files_get_their_format_generated_tasks_the_training_one():
-    files = load_config("methods/grpo.yaml", ["data.task=files", "model.path=some/model", "data.template=fastrl_math"], scale="smoke")
+    files = load_config("methods/grpo.yaml", ["data.task=files", "model.source=path", "model.path=some/model", "data.template=fastrl_math"], scale="smoke")
     assert ood_formats(files, {"mathvision_testmini": [MC]}) == {"mathvision_testmini": ("fastrl_mc", "mc")}
     task = load_config("methods/grpo.yaml", [], scale="smoke")
     assert ood_formats(task, {"long": [MC]}) == {"long": (task.data.template, task.data.reward)}
@@ -59,7 +59,7 @@ def test_validate_prompts_and_grades_an_ood_file_in_its_own_format():
     the letter answer B (= "circle") is graded correct by ``mc``; under the training pair
     (fastrl_math / math) the same response would score 0."""
     trainer = object.__new__(Trainer)
-    trainer.cfg = load_config("methods/grpo.yaml", ["data.task=files", "model.path=some/model", "data.template=fastrl_math"], scale="smoke")
+    trainer.cfg = load_config("methods/grpo.yaml", ["data.task=files", "model.source=path", "model.path=some/model", "data.template=fastrl_math"], scale="smoke")
     encoder = _Encoder()
     trainer.policy = SimpleNamespace(encoder=encoder, engine=_Engine())
     got = trainer.validate([MC], ("fastrl_mc", "mc"))

@@ -22,7 +22,7 @@ def test_table1_is_the_full_grid(tmp_path):
     r = next(r for r in runs if r.variant == "fastrl" and r.dataset == "geoqa8k" and r.model == "vl_7b" and r.seed == 2)
     assert r.run_dir == tmp_path / "table1" / "mini" / "geoqa8k-vl_7b" / "fastrl" / "seed2"
     assert "trainer.seed=2" in r.overrides and f"trainer.run_dir={r.run_dir}" in r.overrides
-    assert "data.variant=total" in r.overrides and "model.hidden_size=192" in r.overrides
+    assert "data.variant=total" in r.overrides and "model.tiny.hidden_size=192" in r.overrides
 
 
 def test_shared_runs_are_the_same_command(tmp_path):
@@ -126,11 +126,11 @@ def test_table7_runs_the_points_of_the_sweep_file(tmp_path):
 def test_a_sweep_entry_is_one_variant_per_value(tmp_path):
     where = tmp_path / "t.yaml"
     inline = {"key": "algorithm.mdap.tau", "values": [0.5, 1.0], "base": "methods/fastrl.yaml", "name": "tau{value}",
-              "label": "tau", "overrides": ["trainer.lr=1e-6"]}
+              "label": "tau", "overrides": ["trainer.optim.lr=1e-6"]}
     assert sweep_variants(inline, where) == [
-        {"name": "tau0.5", "config": "methods/fastrl.yaml", "overrides": ["trainer.lr=1e-6", "algorithm.mdap.tau=0.5"],
+        {"name": "tau0.5", "config": "methods/fastrl.yaml", "overrides": ["trainer.optim.lr=1e-6", "algorithm.mdap.tau=0.5"],
          "labels": {"tau": 0.5}},
-        {"name": "tau1.0", "config": "methods/fastrl.yaml", "overrides": ["trainer.lr=1e-6", "algorithm.mdap.tau=1.0"],
+        {"name": "tau1.0", "config": "methods/fastrl.yaml", "overrides": ["trainer.optim.lr=1e-6", "algorithm.mdap.tau=1.0"],
          "labels": {"tau": 1.0}},
     ]
     from_file = sweep_variants({"file": "tables/tau_sweep.yaml", "name": "t{value}"}, where)
@@ -183,7 +183,7 @@ def test_unknown_slot_and_conflicting_share_are_errors(tmp_path, monkeypatch):
         build_runs("bad", "mini", [1], tmp_path)
     monkeypatch.undo()
     a = build_runs("table1", "mini", [1], tmp_path)[0]
-    b = type(a)(**{**a.__dict__, "overrides": (*a.overrides, "trainer.lr=1")})
+    b = type(a)(**{**a.__dict__, "overrides": (*a.overrides, "trainer.optim.lr=1")})
     with pytest.raises(RunError, match="different commands"):
         unique([a, b])
 

@@ -18,7 +18,7 @@ def test_cli_reports_config_errors_with_exit_code_2(capsys):
 
 
 def test_files_task_without_files_is_an_error():
-    cfg = load_config("methods/grpo.yaml", ["data.task=files", "model.path=any/model"], scale="smoke")
+    cfg = load_config("methods/grpo.yaml", ["data.task=files", "model.source=path", "model.path=any/model"], scale="smoke")
     with pytest.raises(DataError, match="data.train_files"):
         load_datasets(cfg)
 
@@ -28,7 +28,7 @@ def test_bad_row_names_file_row_and_field(tmp_path):
     rows = [{"uid": "a", "problem": "1 + 1 ?", "images": [], "answer": "2", "source": "t", "meta": {}},
             {"uid": "b", "problem": "2 + 2 ?", "images": [], "answer": "", "source": "t", "meta": {}}]
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    cfg = load_config("methods/grpo.yaml", ["data.task=files", "model.path=any/model", f"data.train_files=[{path}]"], scale="smoke")
+    cfg = load_config("methods/grpo.yaml", ["data.task=files", "model.source=path", "model.path=any/model", f"data.train_files=[{path}]"], scale="smoke")
     with pytest.raises(ValueError) as err:
         load_datasets(cfg)
     msg = str(err.value)
@@ -37,6 +37,6 @@ def test_bad_row_names_file_row_and_field(tmp_path):
 
 def test_missing_data_file_is_named(tmp_path):
     missing = tmp_path / "nope.parquet"
-    cfg = load_config("methods/grpo.yaml", ["data.task=files", "model.path=any/model", f"data.train_files=[{missing}]"], scale="smoke")
+    cfg = load_config("methods/grpo.yaml", ["data.task=files", "model.source=path", "model.path=any/model", f"data.train_files=[{missing}]"], scale="smoke")
     with pytest.raises((FileNotFoundError, ValueError), match="nope.parquet"):
         load_datasets(cfg)

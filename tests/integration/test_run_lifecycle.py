@@ -42,8 +42,8 @@ def test_resume_with_a_changed_config_is_refused_before_any_model(tmp_path: Path
     (run / "final").rename(run / "final.x")  # make it an unfinished run with checkpoints
     saved = (run / "config.yaml").read_text()
     _no_model(monkeypatch)
-    with pytest.raises(R.RunDirError, match=r"algorithm.mdap.tau: 0.8 -> 0.2; .*trainer.lr: 0.0001 -> 0.01"):
-        _train(run, "trainer.total_steps=3", "algorithm.mdap.tau=0.2", "trainer.lr=1e-2")
+    with pytest.raises(R.RunDirError, match=r"algorithm.mdap.tau: 0.8 -> 0.2; .*trainer.optim.lr: 0.0001 -> 0.01"):
+        _train(run, "trainer.total_steps=3", "algorithm.mdap.tau=0.2", "trainer.optim.lr=1e-2")
     with pytest.raises(R.RunDirError, match=r"method: 'fastrl' -> 'grpo'"):
         _train(run, "trainer.total_steps=3", method="grpo")
     assert (run / "config.yaml").read_text() == saved  # the identity is never rewritten
@@ -114,7 +114,7 @@ def test_no_validation_set_logs_no_val_metrics(tmp_path: Path) -> None:
 
 def test_the_warm_start_cache_does_not_depend_on_the_cwd(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     seen = []
-    monkeypatch.setattr("fastrl.mini.sft.warm_start", lambda *a, out_root, **k: seen.append(out_root) or out_root)
+    monkeypatch.setattr("fastrl.mini.source.warm_start", lambda *a, out_root, **k: seen.append(out_root) or out_root)
     cfg = api.load_config("methods/grpo.yaml", [], scale="smoke")
     monkeypatch.chdir(tmp_path)
     monkeypatch.delenv("FASTRL_CACHE", raising=False)

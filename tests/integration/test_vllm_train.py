@@ -32,4 +32,4 @@ def test_vllm_engine_run_with_checked_weight_sync(tmp_path):
 def test_a_broken_sync_stops_training(tmp_path):
     # vLLM's own in-place reload leaves the tied lm_head stale on CPU: the check must catch it.
     with pytest.raises(RuntimeError, match="log-probs differ from the trainer"):
-        Trainer(_cfg(tmp_path, "rollout.vllm.sync_method=vllm_reload", "trainer.lr=0.05")).fit()
+        Trainer(_cfg(tmp_path, "rollout.vllm.sync_method=vllm_reload", "trainer.optim.lr=0.05")).fit()

@@ -10,14 +10,22 @@ from pathlib import Path
 import pytest
 import torch
 
+from fastrl.config import ConfigError, ModelConfig, OptimConfig, TrainerConfig
 from fastrl.training import distributed as D
-from fastrl.training.actor import Actor, ActorConfig, WarmupLambda, build_reference
+from fastrl.training.actor import Actor, WarmupLambda, build_reference
 from tests.training.scripts import tiny
 
-CFG = ActorConfig(
-    lr=1e-2, weight_decay=0.01, betas=(0.9, 0.99), eps=1e-3, grad_clip=1.0, zero_stage=0, bf16=False,
-    gradient_checkpointing=False, use_deepspeed=False, offload_optimizer=False, lr_warmup_steps=0, seed=3,
-)
+OPTIM = OptimConfig(lr=1e-2, weight_decay=0.01, betas=(0.9, 0.99), eps=1e-3, grad_clip=1.0, warmup_steps=0, offload=False)
+TRAINER = TrainerConfig(optim=OPTIM, zero_stage=0, use_deepspeed=False, seed=3)
+MODEL = ModelConfig(dtype="float32", gradient_checkpointing=False)
+
+
+def _actor(model: torch.nn.Module, trainer: TrainerConfig = TRAINER, model_cfg: ModelConfig = MODEL) -> Actor:
+    return Actor(model, trainer, model_cfg)
+
+
+def _with_optim(**changes: object) -> TrainerConfig:
+    return replace(TRAINER, optim=replace(OPTIM, **changes))
 
 
 def _step_on_rows(actor: Actor, micro: list[list[int]]) -> dict[str, float]:
@@ -40,27 +48,33 @@ def _max_diff(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> float:
 @pytest.mark.parametrize(
     "change, needle",
     [
-        ({"lr": 0.0}, "lr=0.0"),
-        ({"zero_stage": 4}, "zero_stage=4"),
-        ({"betas": (0.9, 1.0)}, "betas"),
-        ({"eps": 0.0}, "eps"),
-        ({"grad_clip": -1.0}, "grad_clip"),
-        ({"lr_warmup_steps": -1}, "lr_warmup_steps"),
-        ({"bf16": True}, "bf16=True needs use_deepspeed"),
-        ({"offload_optimizer": True}, "offload_optimizer=True needs use_deepspeed"),
+        ({"lr": 0.0}, "trainer.optim.lr = 0.0"),
+        ({"betas": (0.9, 1.0)}, "trainer.optim.betas"),
+        ({"eps": 0.0}, "trainer.optim.eps = 0.0"),
+        ({"grad_clip": -1.0}, "trainer.optim.grad_clip = -1.0"),
+        ({"warmup_steps": -1}, "trainer.optim.warmup_steps = -1"),
+        ({"offload": True}, "trainer.optim.offload = true needs DeepSpeed"),
     ],
 )
-def test_config_errors_name_the_field(change: dict, needle: str) -> None:
-    with pytest.raises(ValueError, match=needle.replace("(", r"\(")):
-        replace(CFG, **change)
+def test_optim_errors_name_the_key(change: dict, needle: str) -> None:
+    with pytest.raises(ConfigError, match=needle):
+        _with_optim(**change)
+
+
+def test_actor_checks_the_sections_it_reads() -> None:
+    """The actor reads the run config's sections as they are, with their checks (no second schema)."""
+    with pytest.raises(ConfigError, match="trainer.zero_stage = 4"):
+        replace(TRAINER, zero_stage=4)
+    with pytest.raises(ConfigError, match="model.dtype = bfloat16 needs trainer.use_deepspeed"):
+        _actor(torch.nn.Linear(2, 2), TRAINER, replace(MODEL, dtype="bfloat16"))
 
 
 def test_ragged_micro_batches_equal_one_backward_and_manual_adamw() -> None:
     """Sum semantics: 3 ragged micro-batches == one backward on the whole batch == a hand-written
     clip + AdamW step on the full-batch gradient."""
-    whole = Actor(tiny.tiny_qwen2(seed=0), CFG)
+    whole = _actor(tiny.tiny_qwen2(seed=0))
     m_whole = _step_on_rows(whole, [[0, 1, 2, 3, 4, 5]])
-    ragged = Actor(tiny.tiny_qwen2(seed=0), CFG)
+    ragged = _actor(tiny.tiny_qwen2(seed=0))
     m_ragged = _step_on_rows(ragged, [[0, 4], [1], [2, 3, 5]])
     assert m_ragged["actor/grad_norm"] == pytest.approx(m_whole["actor/grad_norm"], rel=1e-6)
     assert _max_diff(_params(ragged.model), _params(whole.model)) < 1e-6
@@ -68,20 +82,20 @@ def test_ragged_micro_batches_equal_one_backward_and_manual_adamw() -> None:
     manual = tiny.tiny_qwen2(seed=0)
     ids, attn, mask = tiny.fixed_batch()
     tiny.micro_loss(manual, ids, attn, mask, int(mask.sum())).backward()
-    norm = torch.nn.utils.clip_grad_norm_(manual.parameters(), CFG.grad_clip)
-    opt = torch.optim.AdamW(manual.parameters(), lr=CFG.lr, betas=CFG.betas, eps=CFG.eps,
-                            weight_decay=CFG.weight_decay)
+    norm = torch.nn.utils.clip_grad_norm_(manual.parameters(), OPTIM.grad_clip)
+    opt = torch.optim.AdamW(manual.parameters(), lr=OPTIM.lr, betas=OPTIM.betas, eps=OPTIM.eps,
+                            weight_decay=OPTIM.weight_decay)
     opt.step()
     assert m_whole["actor/grad_norm"] == pytest.approx(float(norm), rel=1e-6)
-    assert m_whole["actor/grad_norm"] > CFG.grad_clip  # clipping was active
+    assert m_whole["actor/grad_norm"] > OPTIM.grad_clip  # clipping was active
     assert _max_diff(_params(whole.model), _params(manual)) < 1e-7
     # Not vacuous: the step moved the weights far more than the tolerance.
     assert _max_diff(_params(whole.model), _params(tiny.tiny_qwen2(seed=0))) > 1e-3
 
 
 def test_grad_clip_zero_disables_clipping_but_reports_norm() -> None:
-    cfg = replace(CFG, grad_clip=0.0)
-    actor = Actor(tiny.tiny_qwen2(seed=0), cfg)
+    cfg = replace(OPTIM, grad_clip=0.0)
+    actor = _actor(tiny.tiny_qwen2(seed=0), _with_optim(grad_clip=0.0))
     m = _step_on_rows(actor, [[0, 1, 2, 3, 4, 5]])
     manual = tiny.tiny_qwen2(seed=0)
     ids, attn, mask = tiny.fixed_batch()
@@ -97,18 +111,18 @@ def test_warmup_schedule_and_reported_lr() -> None:
     assert [WarmupLambda(3)(t) for t in range(5)] == [1 / 3, 2 / 3, 1.0, 1.0, 1.0]
     assert WarmupLambda(0)(0) == 1.0
     torch.manual_seed(0)
-    actor = Actor(torch.nn.Linear(3, 1), replace(CFG, lr_warmup_steps=3))
+    actor = _actor(torch.nn.Linear(3, 1), _with_optim(warmup_steps=3))
     lrs = []
     for _ in range(4):
         actor.backward(actor.module(torch.ones(2, 3)).sum())
         lrs.append(actor.step()["actor/lr"])
-    assert lrs == pytest.approx([CFG.lr / 3, 2 * CFG.lr / 3, CFG.lr, CFG.lr], rel=1e-12)
+    assert lrs == pytest.approx([OPTIM.lr / 3, 2 * OPTIM.lr / 3, OPTIM.lr, OPTIM.lr], rel=1e-12)
     assert actor.num_steps == 4
 
 
 def test_step_and_backward_errors() -> None:
     torch.manual_seed(0)
-    actor = Actor(torch.nn.Linear(3, 1), CFG)
+    actor = _actor(torch.nn.Linear(3, 1))
     with pytest.raises(ValueError, match="backward\\(\\) calls since the last step per rank = \\[0\\]"):
         actor.step()
     out = actor.module(torch.ones(2, 3))
@@ -118,12 +132,12 @@ def test_step_and_backward_errors() -> None:
         actor.backward(out.sum() * float("nan"))
     frozen = torch.nn.Linear(3, 1).requires_grad_(False)
     with pytest.raises(ValueError, match="no parameter with requires_grad"):
-        Actor(frozen, CFG)
+        _actor(frozen)
 
 
 def test_named_parameters_for_sync_are_hf_named_copies() -> None:
     model = tiny.tiny_qwen2(seed=0)
-    actor = Actor(model, CFG)
+    actor = _actor(model)
     synced = list(actor.named_parameters_for_sync())
     assert [n for n, _ in synced] == [n for n, _ in model.named_parameters()]
     assert "model.embed_tokens.weight" in dict(synced)
@@ -140,7 +154,7 @@ def test_export_hf_roundtrip_replaces_atomically(tmp_path: Path) -> None:
         def save_pretrained(self, out: str) -> None:
             (Path(out) / "tokenizer_marker.txt").write_text("tok")
 
-    actor = Actor(tiny.tiny_qwen2(seed=0), CFG)
+    actor = _actor(tiny.tiny_qwen2(seed=0))
     out = tmp_path / "hf"
     actor.export_hf(out)
     _step_on_rows(actor, [[0, 1, 2, 3, 4, 5]])
@@ -153,7 +167,7 @@ def test_export_hf_roundtrip_replaces_atomically(tmp_path: Path) -> None:
     with torch.no_grad():
         assert torch.equal(tiny.token_logp(loaded, ids, attn), tiny.token_logp(actor.model, ids, attn))
     with pytest.raises(TypeError, match="save_pretrained"):
-        Actor(torch.nn.Linear(2, 2), CFG).export_hf(tmp_path / "x")
+        _actor(torch.nn.Linear(2, 2)).export_hf(tmp_path / "x")
 
 
 def test_build_reference_from_module_and_path(tmp_path: Path) -> None:
@@ -161,7 +175,7 @@ def test_build_reference_from_module_and_path(tmp_path: Path) -> None:
     ref = build_reference(model)
     assert not ref.training
     assert not any(p.requires_grad for p in ref.parameters())
-    actor = Actor(model, CFG)
+    actor = _actor(model)
     _step_on_rows(actor, [[0, 1, 2, 3, 4, 5]])
     # The reference is a copy: the actor's update did not touch it.
     assert _max_diff(_params(ref), _params(tiny.tiny_qwen2(seed=0))) == 0.0
@@ -174,8 +188,8 @@ def test_build_reference_from_module_and_path(tmp_path: Path) -> None:
     loaded_with = build_reference(tmp_path / "policy", loader=lambda p: tiny.tiny_qwen2(seed=7))
     assert _max_diff(_params(loaded_with), _params(tiny.tiny_qwen2(seed=7))) == 0.0
 
-    bf16_cfg = replace(CFG, use_deepspeed=True, zero_stage=2, bf16=True)  # no engine is built
-    assert next(build_reference(model, bf16_cfg).parameters()).dtype == torch.bfloat16
+    bf16_trainer = replace(TRAINER, use_deepspeed=True, zero_stage=2)  # no engine is built
+    assert next(build_reference(model, bf16_trainer, replace(MODEL, dtype="bfloat16")).parameters()).dtype == torch.bfloat16
 
     partitioned = tiny.tiny_qwen2(seed=0)
     next(partitioned.parameters()).ds_id = 0  # what ZeRO-3 marks partitioned parameters with
@@ -184,15 +198,15 @@ def test_build_reference_from_module_and_path(tmp_path: Path) -> None:
 
 
 def test_gradient_checkpointing_gives_same_step() -> None:
-    plain = Actor(tiny.tiny_qwen2(seed=0), CFG)
-    ckpt = Actor(tiny.tiny_qwen2(seed=0), replace(CFG, gradient_checkpointing=True))
+    plain = _actor(tiny.tiny_qwen2(seed=0))
+    ckpt = _actor(tiny.tiny_qwen2(seed=0), TRAINER, replace(MODEL, gradient_checkpointing=True))
     assert ckpt.model.is_gradient_checkpointing and not plain.model.is_gradient_checkpointing
     m1 = _step_on_rows(plain, [[0, 1, 2], [3, 4, 5]])
     m2 = _step_on_rows(ckpt, [[0, 1, 2], [3, 4, 5]])
     assert m1["actor/grad_norm"] == pytest.approx(m2["actor/grad_norm"], rel=1e-6)
     assert _max_diff(_params(plain.model), _params(ckpt.model)) < 1e-7
     with pytest.raises(ValueError, match="gradient_checkpointing_enable"):
-        Actor(torch.nn.Linear(2, 2), replace(CFG, gradient_checkpointing=True))
+        _actor(torch.nn.Linear(2, 2), TRAINER, replace(MODEL, gradient_checkpointing=True))
 
 
 def test_seed_does_not_touch_the_callers_rng() -> None:
@@ -200,7 +214,7 @@ def test_seed_does_not_touch_the_callers_rng() -> None:
     torch.manual_seed(42)
     expected = torch.rand(3)
     torch.manual_seed(42)
-    Actor(model, CFG)
+    _actor(model)
     assert torch.equal(torch.rand(3), expected)
 
 
@@ -251,7 +265,7 @@ def test_vl_policy_export_and_reference_from_path(tmp_path: Path) -> None:
     spec = TinyModelSpec(kind="qwen2_5_vl", hidden_size=64, num_heads=2, head_dim=32, intermediate_size=128)
     src = build_tiny_model_dir(spec, tmp_path / "src", seed=0)
     model, _ = load_policy(src)
-    actor = Actor(model, CFG)
+    actor = _actor(model)
     ids = torch.tensor([[5, 6, 7, 8, 9, 10]])
     attn = torch.ones_like(ids)
     actor.backward(tiny.token_logp(actor.module, ids, attn).sum() * -1.0)

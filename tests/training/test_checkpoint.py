@@ -15,7 +15,8 @@ import pytest
 import torch
 
 from fastrl.training import checkpoint as C
-from fastrl.training.actor import Actor, ActorConfig
+from fastrl.config import ModelConfig, OptimConfig, TrainerConfig
+from fastrl.training.actor import Actor
 
 REPO = Path(__file__).resolve().parents[2]
 KILL_SCRIPT = Path(__file__).resolve().parent / "scripts" / "kill_resume.py"
@@ -24,7 +25,8 @@ KILL_SCRIPT = Path(__file__).resolve().parent / "scripts" / "kill_resume.py"
 def _actor(seed: int = 0) -> Actor:
     torch.manual_seed(seed)
     model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.Tanh(), torch.nn.Linear(8, 1))
-    return Actor(model, ActorConfig(lr=1e-2, bf16=False, use_deepspeed=False, lr_warmup_steps=2))
+    optim = OptimConfig(lr=1e-2, weight_decay=1e-2, warmup_steps=2)
+    return Actor(model, TrainerConfig(optim=optim, use_deepspeed=False), ModelConfig(dtype="float32"))
 
 
 def _train(actor: Actor, seed: int) -> dict[str, float]:

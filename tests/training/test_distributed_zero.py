@@ -191,13 +191,14 @@ def test_zero3_export_hf_reloads(runs: dict[int, Path], ws: int) -> None:
 
 def test_world_size_mismatch_is_refused(runs: dict[int, Path]) -> None:
     """A 2-rank checkpoint cannot silently resume in 1 process."""
-    from fastrl.training.actor import Actor, ActorConfig
+    from fastrl.config import ModelConfig, OptimConfig, TrainerConfig
+    from fastrl.training.actor import Actor
     from fastrl.training.checkpoint import load_checkpoint
     from tests.training.scripts import tiny
 
     ckpt = runs[2] / "run_plain_ws2" / "ckpt" / "step_1"
-    cfg = ActorConfig(lr=1e-2, bf16=False, use_deepspeed=False)
-    actor = Actor(tiny.tiny_qwen2(seed=0), cfg)
+    trainer = TrainerConfig(optim=OptimConfig(lr=1e-2, weight_decay=1e-2), use_deepspeed=False)
+    actor = Actor(tiny.tiny_qwen2(seed=0), trainer, ModelConfig(dtype="float32"))
     with pytest.raises(ValueError, match="world size"):
         load_checkpoint(ckpt, actor)
     with pytest.raises(ValueError, match="world_size=2"):

@@ -60,7 +60,7 @@ class RecordingEngine:
 
 def _trainer(tmp_path: Path, model_dir: Path, *overrides: str) -> Trainer:
     cfg = load_config("methods/grpo.yaml", [
-        f"trainer.run_dir={tmp_path}", f"model.path={model_dir}", "trainer.total_steps=1", "trainer.resume=false",
+        f"trainer.run_dir={tmp_path}", "model.source=path", f"model.path={model_dir}", "trainer.total_steps=1", "trainer.resume=false",
         "data.num_train=8", "data.num_val=2", *overrides], scale="smoke")
     return Trainer(cfg)
 

@@ -13,10 +13,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from fastrl.config import load_config, save_config
+from fastrl.config import ModelConfig, OptimConfig, TrainerConfig, load_config, save_config
 from fastrl.training import checkpoint as C
 from fastrl.training import run_dir as R
-from fastrl.training.actor import Actor, ActorConfig
+from fastrl.training.actor import Actor
 from fastrl.training.metrics import RunLogger, read_metrics
 
 
@@ -29,15 +29,30 @@ def test_identity_names_every_changed_key_and_allows_the_resumable_ones(tmp_path
     R.check_identity(tmp_path, _cfg("algorithm.mdap.tau=0.8", "trainer.total_steps=9", "trainer.val_every=3",
                                     "trainer.save_every=1", "trainer.progress=true", f"trainer.run_dir={tmp_path}/x"))
     with pytest.raises(R.RunDirError) as err:
-        R.check_identity(tmp_path, _cfg("algorithm.mdap.tau=0.2", "trainer.lr=1e-2"))
+        R.check_identity(tmp_path, _cfg("algorithm.mdap.tau=0.2", "trainer.optim.lr=1e-2"))
     msg = str(err.value)
     assert "\n" not in msg
-    assert "algorithm.mdap.tau: 0.8 -> 0.2" in msg and "trainer.lr: 0.0001 -> 0.01" in msg
+    assert "algorithm.mdap.tau: 0.8 -> 0.2" in msg and "trainer.optim.lr: 0.0001 -> 0.01" in msg
     assert "--force-new" in msg
     # FastRL -> GRPO: the components and the label.
     grpo = load_config("methods/grpo.yaml", [], scale="smoke")
     with pytest.raises(R.RunDirError, match=r"algorithm.pruner: 'mdap' -> 'none'.*method: 'fastrl' -> 'grpo'"):
         R.check_identity(tmp_path, grpo)
+
+
+@pytest.mark.parametrize("scale", ["smoke", "paper"])
+def test_a_run_written_before_the_optim_and_tiny_renames_is_the_same_run(tmp_path: Path, scale: str) -> None:
+    """config.yaml as main 655ab51 wrote it (trainer.lr, model.hidden_size, ..., no betas, eps,
+    offload or model.source) is the identity of the same run under the renamed keys; a real
+    change is still named under its new key."""
+    fixture = Path(__file__).parent / "data" / f"config_655ab51_fastrl_{scale}.yaml"
+    shutil.copy(fixture, tmp_path / R.CONFIG_FILE)
+    assert "lr_warmup_steps" in fixture.read_text() and "optim" not in fixture.read_text()
+    same = load_config("methods/fastrl.yaml", [f"trainer.run_dir={tmp_path}"], scale=scale)
+    R.check_identity(tmp_path, same)
+    for override, change in [("trainer.optim.lr=0.5", "trainer.optim.lr: "), ("trainer.optim.eps=0.1", "trainer.optim.eps: 1e-08 -> 0.1")]:
+        with pytest.raises(R.RunDirError, match=change):
+            R.check_identity(tmp_path, load_config("methods/fastrl.yaml", [override], scale=scale))
 
 
 def test_resumable_keys_exist_in_the_schema() -> None:
@@ -121,7 +136,8 @@ def test_resume_drops_the_final_line(tmp_path: Path) -> None:
 # ------------------------------------------------------------------------------------ checkpoints
 def _actor(seed: int = 0) -> Actor:
     torch.manual_seed(seed)
-    return Actor(torch.nn.Linear(3, 1), ActorConfig(lr=1e-2, bf16=False, use_deepspeed=False))
+    trainer = TrainerConfig(optim=OptimConfig(lr=1e-2, weight_decay=1e-2), use_deepspeed=False)
+    return Actor(torch.nn.Linear(3, 1), trainer, ModelConfig(dtype="float32"))
 
 
 def _saved(tmp_path: Path, steps: int = 3) -> Path:

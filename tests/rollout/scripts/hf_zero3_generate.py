@@ -21,7 +21,8 @@ import tiny  # noqa: E402
 from fastrl.rollout.base import PromptInput, SamplingConfig  # noqa: E402
 from fastrl.rollout.hf import HFRolloutEngine  # noqa: E402
 from fastrl.training import distributed as D  # noqa: E402
-from fastrl.training.actor import Actor, ActorConfig  # noqa: E402
+from fastrl.config import ModelConfig, OptimConfig, TrainerConfig  # noqa: E402
+from fastrl.training.actor import Actor  # noqa: E402
 
 EOS = list(range(1, tiny.VOCAB, 3))
 # case -> (prompts per rank, n, temperature)
@@ -65,8 +66,8 @@ def main() -> None:
     ap.add_argument("--local_rank", type=int, default=None, help="set by the deepspeed launcher")
     args = ap.parse_args()
     D.init_distributed()
-    cfg = ActorConfig(lr=1e-3, zero_stage=3, bf16=False, use_deepspeed=True, seed=0)
-    actor = Actor(zero3_sized_qwen2(), cfg)
+    trainer = TrainerConfig(optim=OptimConfig(lr=1e-3, weight_decay=1e-2), zero_stage=3, use_deepspeed=True, seed=0)
+    actor = Actor(zero3_sized_qwen2(), trainer, ModelConfig(dtype="float32"))
     partitioned = [n for n, p in actor.module.module.named_parameters() if p.ds_persist is False]
     assert partitioned, "no parameter is partitioned: the case would run no collective"
     engine = HFRolloutEngine(actor.module, WordTokenizer(), eos_token_ids=EOS, pad_token_id=0, batch_size=1)

@@ -23,7 +23,8 @@ import numpy as np
 import torch
 
 from fastrl.training import checkpoint as C
-from fastrl.training.actor import Actor, ActorConfig
+from fastrl.config import ModelConfig, OptimConfig, TrainerConfig
+from fastrl.training.actor import Actor
 
 SEED = 11
 
@@ -67,8 +68,8 @@ def main() -> None:
     np.random.seed(SEED)
     torch.manual_seed(SEED)
     model, x, y = build()
-    cfg = ActorConfig(lr=1e-2, grad_clip=0.5, bf16=False, use_deepspeed=False, lr_warmup_steps=3)
-    actor = Actor(model, cfg)
+    optim = OptimConfig(lr=1e-2, weight_decay=1e-2, grad_clip=0.5, warmup_steps=3)
+    actor = Actor(model, TrainerConfig(optim=optim, use_deepspeed=False), ModelConfig(dtype="float32"))
     state = {"step": 0, "data_pos": 0, "metrics": []}
     if args.resume:
         path = C.latest_checkpoint(args.out)

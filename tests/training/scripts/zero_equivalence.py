@@ -28,7 +28,8 @@ import torch  # noqa: E402
 
 import tiny  # noqa: E402
 from fastrl.training import distributed as D  # noqa: E402
-from fastrl.training.actor import Actor, ActorConfig, build_reference  # noqa: E402
+from fastrl.config import ModelConfig, OptimConfig, TrainerConfig  # noqa: E402
+from fastrl.training.actor import Actor, build_reference  # noqa: E402
 from fastrl.training.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint  # noqa: E402
 
 # Adam's eps near the gradient scale (median |g| ~ 1e-3 after clipping) makes the update depend on
@@ -37,7 +38,7 @@ from fastrl.training.checkpoint import latest_checkpoint, load_checkpoint, save_
 LR, EPS, CLIP = 1e-2, 1e-3, 1.0
 
 
-def actor_config(engine: str) -> ActorConfig:
+def actor_config(engine: str) -> tuple[TrainerConfig, ModelConfig]:
     """``engine``: ``plain`` or ``zero<stage>``, optionally followed by ``+bf16``, ``+gc``
     (gradient checkpointing) and/or ``+offload`` (ZeRO-Offload, DeepSpeedCPUAdam), e.g.
     ``zero3+bf16+gc``."""
@@ -46,20 +47,12 @@ def actor_config(engine: str) -> ActorConfig:
         raise ValueError(f"unknown engine {engine!r}")
     if set(flags) - {"bf16", "gc", "offload"}:
         raise ValueError(f"unknown flags in engine {engine!r}")
-    return ActorConfig(
-        lr=LR,
-        weight_decay=0.01,
-        betas=(0.9, 0.99),
-        eps=EPS,
-        grad_clip=CLIP,
-        zero_stage=0 if base == "plain" else int(base[4:]),
-        bf16="bf16" in flags,
-        gradient_checkpointing="gc" in flags,
-        use_deepspeed=base != "plain",
-        offload_optimizer="offload" in flags,
-        lr_warmup_steps=2,
-        seed=3,
-    )
+    optim = OptimConfig(lr=LR, weight_decay=0.01, betas=(0.9, 0.99), eps=EPS, grad_clip=CLIP, warmup_steps=2,
+                        offload="offload" in flags)
+    trainer = TrainerConfig(optim=optim, zero_stage=0 if base == "plain" else int(base[4:]),
+                            use_deepspeed=base != "plain", seed=3)
+    model = ModelConfig(dtype="bfloat16" if "bf16" in flags else "float32", gradient_checkpointing="gc" in flags)
+    return trainer, model
 
 
 def train_step(actor: Actor, n_micro: int) -> tuple[float, dict[str, float]]:
@@ -83,7 +76,7 @@ def run_engine(engine: str, out: Path, n_micro: int) -> dict:
     init = tiny.tiny_qwen2(seed=0)
     pristine = copy.deepcopy(init)
     t0 = time.perf_counter()
-    actor = Actor(init, cfg)
+    actor = Actor(init, *cfg)
     t_init = time.perf_counter() - t0
     res: dict = {"engine": engine, "world_size": D.world_size(), "init_s": t_init}
     res["gradient_checkpointing"] = bool(getattr(actor.model, "is_gradient_checkpointing", False))
@@ -91,7 +84,7 @@ def run_engine(engine: str, out: Path, n_micro: int) -> dict:
 
     if engine == "zero3":
         # The reference: its forward is collective under ZeRO-3; compare with the unwrapped copy.
-        ref = build_reference(pristine, cfg)
+        ref = build_reference(pristine, *cfg)
         ids, attn, mask = tiny.fixed_batch()
         with torch.no_grad():
             res["ref_logp"] = tiny.token_logp(ref, ids, attn)
@@ -117,7 +110,7 @@ def run_engine(engine: str, out: Path, n_micro: int) -> dict:
         actor.export_hf(export_dir)
         res["export_dir"] = str(export_dir)
 
-    resumed = Actor(copy.deepcopy(pristine), cfg)
+    resumed = Actor(copy.deepcopy(pristine), *cfg)
     ckpt = latest_checkpoint(run_dir)
     if ckpt is None:
         raise RuntimeError(f"no checkpoint found under {run_dir}")
@@ -147,8 +140,8 @@ def unused_parameter_updates() -> dict[str, dict[str, torch.Tensor]]:
     """Parameters after one step where one layer got no gradient, per engine (weight decay on)."""
     out = {}
     for engine in ("plain", "zero0", "zero1", "zero2", "zero3"):
-        cfg = replace(actor_config(engine), weight_decay=0.5)
-        actor = Actor(_PartlyUsed(), cfg)
+        trainer, model = actor_config(engine)
+        actor = Actor(_PartlyUsed(), replace(trainer, optim=replace(trainer.optim, weight_decay=0.5)), model)
         actor.backward(actor.module(torch.ones(2, 4)).sum())
         actor.step()
         out[engine] = gathered(actor)
