@@ -383,9 +383,9 @@ def synthetic_batch(num_prompts: int, n: int, prompt_len: int, max_response: int
             uids.append(prompt.uid)
             responses.append(ids.tolist())
             rewards.append(accuracy + 0.5 * fmt)
-    batch = RolloutBatch(prompts=prompts, uids=uids, response_ids=responses, texts=[""] * len(uids),
-                         engine_logprobs=[[] for _ in uids], finish_reasons=["length"] * len(uids),
-                         records=[None] * len(uids))
+    batch = RolloutBatch.from_rows(prompts=prompts, uids=uids, response_ids=responses, texts=[""] * len(uids),
+                                   engine_logprobs=[[] for _ in uids], finish_reasons=["length"] * len(uids),
+                                   records=[None] * len(uids))
     batch.rewards = torch.tensor(rewards)
     batch.accuracies = (batch.rewards >= 1.0).float()
     batch.advantages = grpo_advantages(batch.rewards, uids)
@@ -436,7 +436,7 @@ def _one_step(name: str, actor: Any, reference: Any, batch: Any, *, prune: bool,
     import torch
 
     from fastrl.algorithms.pruning import mdap_prune
-    from fastrl.training.update import LossSettings, compute_logprobs, plan_minibatches, update_policy
+    from fastrl.training.update import LossSettings, compute_logprobs, plan_minibatches, rank_plan, update_policy
 
     if cuda:
         torch.cuda.reset_peak_memory_stats()
@@ -446,21 +446,22 @@ def _one_step(name: str, actor: Any, reference: Any, batch: Any, *, prune: bool,
         index = clock("mdap", lambda: mdap_prune(batch.advantages, batch.uids, batch.response_ids, tau=0.8,
                                                  align_to=mini_batch).kept)
         kept = batch.select(index.tolist())
-    everyone = list(range(len(kept)))
-    old = clock("old_log_prob", lambda: compute_logprobs(actor.module, kept, everyone, micro_batch_size=micro, pad_id=0))
-    ref = clock("ref", lambda: compute_logprobs(reference, kept, everyone, micro_batch_size=micro, pad_id=0))
-    plan = plan_minibatches(len(kept), mode="fixed_minibatch", updates_per_step=1, mini_batch_size=mini_batch,
-                            world=1, generator=torch.Generator().manual_seed(0))
+    old = clock("old_log_prob", lambda: compute_logprobs(actor.module, kept, micro_batch_size=micro, pad_id=0))
+    ref = clock("ref", lambda: compute_logprobs(reference, kept, micro_batch_size=micro, pad_id=0))
+    kept = kept.with_columns(old_logprobs=old, ref_logprobs=ref)
+    plan = rank_plan(plan_minibatches(len(kept), mode="fixed_minibatch", updates_per_step=1,
+                                      mini_batch_size=mini_batch, world=1, generator=torch.Generator().manual_seed(0)),
+                     0, 1)
     settings = LossSettings("ppo_clip", 0.2, 0.3, 3.0, "token-mean", kl_coef=0.01, kl_kind="k3")
 
     def check(loss: torch.Tensor, what: str) -> None:
         if not torch.isfinite(loss).all():
             raise FloatingPointError(f"paper_step {name}: {what} is {loss.item()}")
 
-    metrics = clock("update_actor", lambda: update_policy(actor, kept, plan, old, ref, settings=settings,
+    metrics = clock("update_actor", lambda: update_policy(actor, kept, plan, settings=settings,
                                                           micro_batch_size=micro, pad_id=0, check_finite=check))
     return {
-        "responses": len(batch), "trained": len(kept), "optimizer_steps": len(plan),
+        "responses": len(batch), "trained": len(kept), "optimizer_steps": len(plan.minibatches),
         "tokens_trained": sum(len(r) for r in kept.response_ids),
         "timing_s": clock.seconds, "total_s": round(sum(clock.seconds.values()), 3),
         "peak_gpu_gib": _peak_gib(), "pg_loss": metrics.get("actor/pg_loss"), "grad_norm": metrics.get("actor/grad_norm"),
@@ -494,7 +495,7 @@ def section_paper_step(s: Settings) -> dict[str, Any]:
     build_s = time.perf_counter() - t0
     batch = synthetic_batch(prompts, n, prompt_len, max_resp, shape["vocab_size"], seed=0)
     # Warm-up (kernel selection, allocator) on two short responses, outside every timing.
-    compute_logprobs(actor.module, batch.select([0, 1]), [0, 1], micro_batch_size=2, pad_id=0)
+    compute_logprobs(actor.module, batch.select([0, 1]), micro_batch_size=2, pad_id=0)
     grpo = _one_step("grpo", actor, reference, batch, prune=False, mini_batch=prompts * n, micro=micro, cuda=cuda)
     fastrl = _one_step("fastrl", actor, reference, batch, prune=True, mini_batch=prompts * n // 4, micro=micro,
                        cuda=cuda)

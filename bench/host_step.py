@@ -4,22 +4,24 @@ A paper step is 256 prompts x 8 responses = 2,048 responses of up to 2,048 token
 151,936). Besides the GPU passes, every rank does host work on that batch; this benchmark times
 each piece with the project's own functions on a synthetic batch of realistic boxed-answer text:
 
-    gather     pickling this rank's generation results and unpickling every rank's
-               (what ``dist.all_gather_object`` does with today's Python lists)
+    gather     pickling this rank's generation results and unpickling every rank's (what
+               ``dist.all_gather_object`` does): Python lists before; now this rank's rows padded
+               into columns (``ResponseColumns.from_rows``), gathered as tensors and merged
     reward     the paper's ``math`` reward (mathruler grading, time-boxed) over the responses a
                rank scores (the whole gathered batch before; its own responses now)
     adv        GRPO advantages over the batch
-    mdap       ``mdap_prune`` (tau 0.8, refill to 128)
+    mdap       ``mdap_prune`` (tau 0.8, refill to 128); now including ``RolloutBatch.response_ids``
+               (the Python lists read back from the padded column, as ``Trainer.prune`` passes them)
     plan       ``plan_minibatches`` (fixed_minibatch, 128)
-    pad        padding this rank's old and reference log-prob rows per micro-batch (4), as the
-               update does (``update._pad``: a row-by-row copy)
+    pad        the old and reference log-prob inputs of this rank's micro-batches (4)
 
 It runs two layouts in one process and reports both with their ratio:
 
-    rescore    before 2026-12-01: every rank re-scored the whole gathered batch; padding row by row
+    rescore    before 2026-12-01: every rank re-scored the whole gathered batch; each micro-batch's
+               rows padded by a row-by-row copy
     own        the trainer now: each rank scores its own responses and the gather carries their
-               scores (2 floats per response more, counted); padding in one vectorised call
-               (``update._pad``) per micro-batch
+               scores, as columns (``ResponseColumns``); the log-prob rows are padded once
+               into [N, R] columns (``batch.pad_rows``) and each micro-batch's inputs are slices
 
 Wall-clock and process CPU seconds are both reported (the machines here are shared).
 
@@ -52,7 +54,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from fastrl.algorithms.advantages import grpo_advantages  # noqa: E402
 from fastrl.algorithms.pruning import mdap_prune  # noqa: E402
 from fastrl.rewards import score_batch  # noqa: E402
-from fastrl.training import update  # noqa: E402
+from fastrl.training.batch import ResponseColumns, RolloutBatch, pad_rows  # noqa: E402
 from fastrl.training.update import micro_batches, plan_minibatches, shard  # noqa: E402
 
 ANSWERS = ["12", "3\\sqrt{2}", "\\frac{5}{2}", "60", "2\\pi", "7.5", "\\sqrt{13}", "144"]
@@ -100,8 +102,30 @@ def pad_rowwise(rows: Sequence[torch.Tensor], width: int) -> torch.Tensor:
     return out
 
 
-def pad_vectorised(rows: Sequence[torch.Tensor], width: int) -> torch.Tensor:
-    return update._pad(rows, width, torch.device("cpu"))  # the trainer's own
+def pad_stage(step: dict[str, Any], kept: list[int], plan: list[list[int]], mine: list[int], rank: int, world: int,
+              sharded: bool) -> Callable[[], None]:
+    """The old and reference log-prob inputs of this rank's micro-batches (4): padded row by row
+    per micro-batch (before), or sliced from [N, R] columns that compute_logprobs writes (built
+    here, untimed) (now)."""
+    rows = {i: torch.tensor(step["logprobs"][kept[i]]) for i in mine}
+    micros = [micro for mb in plan for micro in micro_batches(shard(mb, rank, world), 4)]
+    position = {row: j for j, row in enumerate(mine)}
+    old, _ = pad_rows([step["logprobs"][kept[i]] for i in mine], torch.float32)
+    ref = old.clone()
+
+    def pad_rowwise_all() -> None:
+        for micro in micros:
+            width = max(rows[i].numel() for i in micro)
+            pad_rowwise([rows[i] for i in micro], width)  # old log-probs
+            pad_rowwise([rows[i] for i in micro], width)  # reference log-probs
+
+    def slice_columns() -> None:
+        for micro in micros:
+            idx = torch.tensor([position[i] for i in micro])
+            width = max(rows[i].numel() for i in micro)
+            old[idx, :width], ref[idx, :width]
+
+    return slice_columns if sharded else pad_rowwise_all
 
 
 def rank_stages(step: dict[str, Any], rank: int, world: int, sharded: bool) -> dict[str, tuple[float, float]]:
@@ -115,40 +139,42 @@ def rank_stages(step: dict[str, Any], rank: int, world: int, sharded: bool) -> d
         stages[name] = (wall, cpu)
         return out
 
-    def part(r: int) -> list[tuple]:  # rank r's generation results, as the trainer gathers them
-        return [(i, step["ids"][i], step["texts"][i], step["logprobs"][i], "stop")
-                + ((1.5, 1.0) if sharded else ()) for i in range(r, total, world)]
+    def part(r: int) -> Any:  # rank r's generation results, as the trainer gathers them
+        rows = list(range(r, total, world))
+        if not sharded:
+            return [(i, step["ids"][i], step["texts"][i], step["logprobs"][i], "stop") for i in rows]
+        return ResponseColumns.from_rows(rows, [step["ids"][i] for i in rows], [step["texts"][i] for i in rows],
+                                         [step["logprobs"][i] for i in rows], ["stop"] * len(rows),
+                                         rewards=torch.full((len(rows),), 1.5), accuracies=torch.ones(len(rows)))
 
     others = [pickle.dumps(part(r)) for r in range(world) if r != rank]  # built by the other ranks
-    own_part = part(rank)
+    own_part = None if sharded else part(rank)
 
-    def gather() -> list[tuple]:  # pickle our part, unpickle every rank's
-        blobs = [pickle.dumps(own_part)] + others
-        return [item for blob in blobs for item in pickle.loads(blob)]
+    def gather() -> Any:  # pickle our part, unpickle every rank's
+        if not sharded:
+            blobs = [pickle.dumps(own_part)] + others
+            return [item for blob in blobs for item in pickle.loads(blob)]
+        blobs = [pickle.dumps(part(rank))] + others  # now: our rows padded into columns first, then merged
+        return ResponseColumns.merge([pickle.loads(blob) for blob in blobs])
 
-    run("gather", gather)
+    gathered = run("gather", gather)
+    if sharded:  # the trainer's batch; its pruner reads the response ids back from the padded column
+        batch = RolloutBatch.from_columns([None] * total, step["uids"], [None] * total, gathered)
+        token_ids = lambda: batch.response_ids  # noqa: E731
+    else:
+        token_ids = lambda: step["ids"]  # noqa: E731
     scored = own if sharded else list(range(total))
     run("reward", lambda: score_batch("math", [step["texts"][i] for i in scored],
                                       [step["truths"][i] for i in scored]))
     rewards = torch.tensor([(i * 7919 % 4) * 0.5 for i in range(total)])
     adv = run("adv", lambda: grpo_advantages(rewards, step["uids"]))
-    result = run("mdap", lambda: mdap_prune(adv, step["uids"], step["ids"], tau=0.8, align_to=min(128, total)))
+    result = run("mdap", lambda: mdap_prune(adv, step["uids"], token_ids(), tau=0.8, align_to=min(128, total)))
     kept = result.kept.tolist()
     g = torch.Generator().manual_seed(0)
     plan = run("plan", lambda: plan_minibatches(len(kept), mode="fixed_minibatch", updates_per_step=4,
                                                  mini_batch_size=min(128, len(kept)), world=world, generator=g))
     mine = sorted(i for mb in plan for i in shard(mb, rank, world))
-    rows = {i: torch.tensor(step["logprobs"][kept[i]]) for i in mine}
-    pad = pad_vectorised if sharded else pad_rowwise
-
-    def pad_all() -> None:
-        for mb in plan:
-            for micro in micro_batches(shard(mb, rank, world), 4):
-                width = max(rows[i].numel() for i in micro)
-                pad([rows[i] for i in micro], width)  # old log-probs
-                pad([rows[i] for i in micro], width)  # reference log-probs
-
-    run("pad", pad_all)
+    run("pad", pad_stage(step, kept, plan, mine, rank, world, sharded))
     return stages
 
 

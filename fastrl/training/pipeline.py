@@ -8,6 +8,8 @@ Data parallelism: every rank holds the same prompt stream and the same component
 identically). Rank r generates for prompts ``r::world`` and scores its own responses; responses,
 their rewards and engine log-probs are all-gathered, so advantages, pruning, ARS and GRESO are computed on the global batch and are
 identical on every rank. Only the log-prob passes and the update are sharded (fastrl.training.update).
+Stages pass columnar batches (fastrl.training.batch): old/ref log-probs are columns, selected with
+their rows, never looked up through an index map.
 """
 
 from __future__ import annotations
@@ -31,13 +33,13 @@ from fastrl.data.schema import Record
 from fastrl.models.inputs import PromptTokens
 from fastrl.rollout.base import PromptInput, Response, SamplingConfig
 from fastrl.training import distributed as dist
-from fastrl.training.batch import RolloutBatch
+from fastrl.training.batch import PromptColumn, ResponseColumns, RolloutBatch
 from fastrl.training.components import Components, build_components, prune_view
 from fastrl.training.metrics import RunLogger, StageTimer, progress_postfix
 from fastrl.training.run_dir import (FINAL_DIR, Opening, RunDirError, RunLock, fault_point, open_run,
                                      write_identity, write_summary)
 from fastrl.training.setup import PolicyBundle, build_policy, limit_prompts, load_dataset_splits
-from fastrl.training.update import LossSettings, compute_logprobs, plan_minibatches, update_policy
+from fastrl.training.update import LossSettings, compute_logprobs, plan_minibatches, rank_plan, update_policy
 
 log = logging.getLogger(__name__)
 
@@ -190,13 +192,16 @@ class Trainer:
             chosen.extend(r for r, keep in zip(records, mask) if keep)
         return chosen, drawn
 
-    def generate(self, records: list[Record], timer: StageTimer) -> RolloutBatch:
+    def generate(self, records: list[Record], timer: StageTimer) -> tuple[RolloutBatch, dict[str, float]]:
         """Rollout for the given prompts (sharded over ranks), each rank rewarding its own responses,
-        then all-gathered with their rewards."""
+        then all-gathered with their rewards. Returns the batch and the reward's failure counts
+        summed over ranks. A rank builds pixel values only for its own prompts (and, later, for
+        the rows it forwards: ``RolloutBatch.prompts``)."""
         rank, world = dist.rank(), dist.world_size()
         mine = list(range(rank, len(records), world))
-        full = self.materialize(records)  # this batch's pixel values, released with the batch
-        prompts = [full[records[i].uid] for i in mine]
+        # One row per record: token ids cached per uid; pixels built on demand, released with the batch.
+        column = PromptColumn([self.prompt_tokens(r) for r in records], build=self.policy.kit.materialize)
+        prompts = column.inputs(mine)
         ns = [self.components.rollout_scaler.n_for(records[i].uid) for i in mine]
         sampling = SamplingConfig(
             temperature=self.cfg.rollout.temperature,
@@ -210,34 +215,29 @@ class Trainer:
             responses: list[Response] = self.policy.engine.generate(prompts, ns, sampling)
         with timer.stage("reward"):  # each rank scores its own responses; only the scores travel
             scores, stats = self.policy.score([r.text for r in responses], [records[mine[r.prompt_index]] for r in responses])
-        local = [(mine[r.prompt_index], r.response_ids, r.text, r.logprobs, r.finish_reason, s["overall"], s["accuracy"])
-                 for r, s in zip(responses, scores)]
+        local = ResponseColumns.from_rows(
+            [mine[r.prompt_index] for r in responses], [r.response_ids for r in responses],
+            [r.text for r in responses], [r.logprobs for r in responses], [r.finish_reason for r in responses],
+            rewards=torch.tensor([s["overall"] for s in scores], dtype=torch.float32),
+            accuracies=torch.tensor([s["accuracy"] for s in scores], dtype=torch.float32))
         parts = dist.all_gather_object((local, stats))
-        gathered = [item for part, _ in parts for item in part]
-        gathered.sort(key=lambda item: item[0])  # prompt order, stable within a prompt
-        batch = RolloutBatch(
-            prompts=[full[records[g[0]].uid] for g in gathered],
-            uids=[records[g[0]].uid for g in gathered],
-            response_ids=[list(g[1]) for g in gathered],
-            texts=[g[2] for g in gathered],
-            engine_logprobs=[list(g[3]) for g in gathered],
-            finish_reasons=[g[4] for g in gathered],
-            records=[records[g[0]] for g in gathered],
-        )
-        batch.rewards = torch.tensor([g[5] for g in gathered], dtype=torch.float32)
-        batch.accuracies = torch.tensor([g[6] for g in gathered], dtype=torch.float32)
-        self._reward_stats = {k: float(sum(part_stats[k] for _, part_stats in parts)) for k in stats}
-        return batch
+        gathered = ResponseColumns.merge([part for part, _ in parts])  # prompt order, stable within a prompt
+        rows = gathered.prompt_index.tolist()
+        batch = RolloutBatch.from_columns(column.select(rows), [records[i].uid for i in rows],
+                                          [records[i] for i in rows], gathered)
+        return batch, {k: float(sum(part_stats[k] for _, part_stats in parts)) for k in stats}
 
     def rollout_with_filter(self, timer: StageTimer) -> tuple[RolloutBatch, dict[str, float]]:
-        """Select prompts, roll out, reward; with DAPO, regenerate until the batch is full."""
+        """Select prompts, roll out, reward; with DAPO, regenerate until the batch is full. The
+        metrics include the reward's failure counts of the last rollout."""
         buffer = self.components.new_group_buffer(self.cfg.trainer.prompts_per_step)
         prompts_seen = prompts_drawn = 0
+        reward_stats: dict[str, float] = {}
         while not buffer.full:
             records, drawn = self.select_prompts(self.cfg.trainer.prompts_per_step)
             prompts_seen += len(records)
             prompts_drawn += drawn
-            batch = self.generate(records, timer)
+            batch, reward_stats = self.generate(records, timer)
             self.components.prompt_selector.record_groups(_accuracy_groups(batch))
             groups = batch.group_indices()
             buffer.add(batch.accuracies, batch.uids, payloads={u: batch.select(i) for u, i in groups.items()})
@@ -245,9 +245,10 @@ class Trainer:
         self.policy.engine.sleep()
         batch = RolloutBatch.concat([part for _, part in buffer.take()])
         return batch, {**buffer.metrics(), K.ROLLOUT_PROMPTS_SEEN: float(prompts_seen),
-                       K.ROLLOUT_PROMPTS_DRAWN: float(prompts_drawn)}
+                       K.ROLLOUT_PROMPTS_DRAWN: float(prompts_drawn), **reward_stats}
 
     def compute_advantages(self, batch: RolloutBatch) -> None:
+        """Sets the batch's advantages column."""
         batch.advantages = self.components.advantage(batch.rewards, batch.uids)
 
     def align_to(self) -> int:
@@ -292,7 +293,6 @@ class Trainer:
             **self._batch_metrics(batch, kept, n_before),
             **learn_metrics,
             **scaler_metrics,
-            **self._reward_stats,
             **timer.metrics(),
             K.EPOCH: self.state.epoch,
         }
@@ -302,57 +302,56 @@ class Trainer:
         pruning, as released) -> mini-batch updates -> weight sync.
 
         ``batch`` is the global rollout batch (identical on every rank); returns the kept batch.
+        The log-probs are columns of the batch, so CPPO's order is a ``select`` of computed rows.
         """
         cfg = self.cfg
         with timer.stage("adv"):
             self.compute_advantages(batch)
         rank, world = dist.rank(), dist.world_size()
-        mb_size = cfg.trainer.micro_batch_size
-        pad = self.policy.pad_id
-        full_old = full_ref = None
         if not self.prune_first():
             # CPPO as released: old/ref log-probs of the whole batch (each rank a shard, then
-            # gathered), pruning after; only the selected rows are used.
-            shard_all = list(range(rank, len(batch), world))
-            with timer.stage("old_log_prob"):
-                full_old = _gather_logprobs(compute_logprobs(
-                    self.policy.actor.module, batch, shard_all, micro_batch_size=mb_size, pad_id=pad))
-            if self.policy.reference is not None:
-                with timer.stage("ref"):
-                    full_ref = _gather_logprobs(compute_logprobs(
-                        self.policy.reference, batch, shard_all, micro_batch_size=mb_size, pad_id=pad))
+            # gathered), pruning after; the kept rows carry theirs.
+            batch = self.with_logprobs(batch, timer, gather=True)
         with timer.stage("prune"):
             result = self.prune(batch)
-            kept_index = result.kept.tolist()
-            kept = batch.select(kept_index)
+            kept = batch.select(result.kept.tolist())
         prune_metrics = result.metrics(len(batch))
         g = torch.Generator().manual_seed(cfg.trainer.seed * 15_485_863 + self.state.step)
-        minibatches = plan_minibatches(
+        plan = rank_plan(plan_minibatches(
             len(kept), mode=cfg.trainer.update_mode, updates_per_step=cfg.trainer.updates_per_step,
             mini_batch_size=cfg.trainer.effective_mini_batch, world=world, generator=g,
-        )
-        mine = sorted(i for mb in minibatches for i in mb[rank::world])
-        ref = None
-        if full_old is not None:
-            old = {i: full_old[kept_index[i]] for i in mine}
-            if full_ref is not None:
-                ref = {i: full_ref[kept_index[i]] for i in mine}
-        else:
-            with timer.stage("old_log_prob"):
-                old = compute_logprobs(self.policy.actor.module, kept, mine, micro_batch_size=mb_size, pad_id=pad)
-            if self.policy.reference is not None:
-                with timer.stage("ref"):
-                    ref = compute_logprobs(self.policy.reference, kept, mine, micro_batch_size=mb_size, pad_id=pad)
-        probs_diff = rollout_probs_diff(kept, old)
+        ), rank, world)
+        local = kept.select(plan.rows)  # the rows this rank forwards
+        if local.old_logprobs is None:
+            local = self.with_logprobs(local, timer, gather=False)
+        probs_diff = rollout_probs_diff(local)
         with timer.stage("update_actor"):
             actor_metrics = update_policy(
-                self.policy.actor, kept, minibatches, old, ref,
-                settings=self.loss_settings(), micro_batch_size=mb_size, pad_id=pad,
+                self.policy.actor, local, plan, settings=self.loss_settings(),
+                micro_batch_size=cfg.trainer.micro_batch_size, pad_id=self.policy.pad_id,
                 check_finite=self._check_finite,
             )
         with timer.stage("update_weights"):
             sync_metrics = self.policy.sync_and_check(kept)
         return kept, {**prune_metrics, **actor_metrics, **sync_metrics, **probs_diff}
+
+    def with_logprobs(self, batch: RolloutBatch, timer: StageTimer, *, gather: bool) -> RolloutBatch:
+        """``batch`` with its old (and, with a reference model, reference) log-prob columns.
+        ``gather``: each rank computes rows ``rank::world`` and the ranks all-gather them (the
+        batch is the same on every rank); else this rank computes every row of ``batch``."""
+        rank, world = dist.rank(), dist.world_size()
+        part = batch.select(range(rank, len(batch), world)) if gather else batch
+        models = {"old_logprobs": ("old_log_prob", self.policy.actor.module),
+                  "ref_logprobs": ("ref", self.policy.reference)}
+        columns: dict[str, torch.Tensor] = {}
+        for column, (stage, model) in models.items():
+            if model is None:
+                continue
+            with timer.stage(stage):
+                logp = compute_logprobs(model, part, micro_batch_size=self.cfg.trainer.micro_batch_size,
+                                        pad_id=self.policy.pad_id)
+                columns[column] = _gather_rows(logp, len(batch)) if gather else logp
+        return batch.with_columns(**columns)
 
     def loss_settings(self) -> LossSettings:
         return LossSettings.from_config(self.cfg.algorithm)
@@ -576,16 +575,18 @@ def score_as(reward: str, texts: Sequence[str], records: Sequence[Record]) -> li
     return score_batch(reward, list(texts), [r.answer for r in records], fields)[0]
 
 
-def rollout_probs_diff(batch: RolloutBatch, trainer_logprobs: dict[int, torch.Tensor]) -> dict[str, float]:
-    """|p_engine - p_trainer| per token over the given responses (as verl logs it): a large value
-    means the samples do not come from the policy being trained (engine bug, stale weights)."""
-    diffs = [
-        (torch.tensor(batch.engine_logprobs[i]).exp() - lp.detach().float().cpu().exp()).abs()  # any device
-        for i, lp in trainer_logprobs.items() if len(batch.engine_logprobs[i]) == lp.numel()
-    ]
-    if not diffs:
+def rollout_probs_diff(batch: RolloutBatch) -> dict[str, float]:
+    """|p_engine - p_trainer| per token over the batch's rows with engine log-probs (as verl logs
+    it), the trainer's being its old log-probs: a large value means the samples do not come from
+    the policy being trained (engine bug, stale weights)."""
+    lengths = batch.response_lengths.tolist()
+    rows = [i for i in batch.has_engine_logprobs.nonzero().flatten().tolist() if lengths[i]]
+    if not rows:
         return {}
-    flat = torch.cat(diffs)
+    # Row by row, as the values were always computed (a vectorised exp over [N, R] rounds its
+    # tail elements differently).
+    flat = torch.cat([(batch.engine_logprobs[i, : lengths[i]].exp() - batch.old_logprobs[i, : lengths[i]].exp()).abs()
+                      for i in rows])
     return {K.ROLLOUT_PROBS_DIFF_MAX: float(flat.max()), K.ROLLOUT_PROBS_DIFF_MEAN: float(flat.mean())}
 
 
@@ -606,14 +607,15 @@ def _check_world_fits(cfg: FastRLConfig, world: int) -> None:
                          f"multiple of the world size {world}")
 
 
-def _gather_logprobs(local: dict[int, torch.Tensor]) -> dict[int, torch.Tensor]:
-    """Every rank's {index: log-probs} merged (a no-op on one rank)."""
-    if dist.world_size() == 1:
+def _gather_rows(local: torch.Tensor, num_rows: int) -> torch.Tensor:
+    """Every rank's rows ``rank::world`` of a [num_rows, ...] column, merged (a no-op on one rank)."""
+    world = dist.world_size()
+    if world == 1:
         return local
-    merged: dict[int, torch.Tensor] = {}
-    for part in dist.all_gather_object({i: t.cpu() for i, t in local.items()}):
-        merged.update(part)
-    return merged
+    out = local.new_zeros((num_rows, *local.shape[1:]))
+    for r, part in enumerate(dist.all_gather_object(local.cpu())):
+        out[r::world] = part
+    return out
 
 
 # GRESO refill: give up (with an error) after drawing this many prompts per prompt needed.

@@ -23,25 +23,28 @@ def _env() -> dict[str, str]:
 
 
 @pytest.mark.deepspeed
-def test_two_ranks_zero3_equal_one_rank(tmp_path):
+@pytest.mark.parametrize("method, port", [("fastrl", 29533), ("cppo", 29535)])
+def test_two_ranks_zero3_equal_one_rank(tmp_path, method, port):
+    """CPPO computes its old/ref log-prob columns on the whole batch, each rank half, gathered."""
     launcher = shutil.which("deepspeed", path=str(Path(sys.executable).parent)) or shutil.which("deepspeed")
     if launcher is None:
         pytest.skip("the `deepspeed` launcher is not installed (pip install deepspeed); `make setup` installs it")
     # FastRL's mini-batch 8 / 4 = 2 trajectories: a multiple of both world sizes, so both runs refill
     # to the same multiple and split the kept set into the same optimizer steps
     common = ["trainer.use_deepspeed=true", "trainer.zero_stage=3", "trainer.micro_batch_size=2",
-              "algorithm.kl_coef=0.01", "trainer.mini_batch_size=8", "trainer.progress=false"]
+              "algorithm.kl_coef=0.01", "trainer.mini_batch_size=8", "trainer.progress=false",
+              f"--config=methods/{method}.yaml"]
     one, two = tmp_path / "one.json", tmp_path / "two.json"
     subprocess.run([sys.executable, str(SCRIPT), str(one), f"trainer.run_dir={tmp_path / 'r1'}", *common],
                    cwd=REPO, env=_env(), check=True, timeout=900, capture_output=True)
-    proc = subprocess.run([launcher, "--num_gpus", "2", "--master_port", "29533", str(SCRIPT), str(two),
+    proc = subprocess.run([launcher, "--num_gpus", "2", "--master_port", str(port), str(SCRIPT), str(two),
                            f"trainer.run_dir={tmp_path / 'r2'}", *common],
                           cwd=REPO, env=_env(), timeout=900, capture_output=True, text=True)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     a, b = json.loads(one.read_text()), json.loads(two.read_text())
     assert (a["world"], b["world"]) == (1, 2)
     assert sorted(map(str, a["kept"])) == sorted(map(str, b["kept"]))  # the same kept set
-    assert len(a["kept"]) < len(a["rewards"])  # MDAP pruned something on this batch
+    assert len(a["kept"]) < len(a["rewards"])  # the pruner pruned something on this batch
     assert a["advantages"] == b["advantages"]
     for key in ("loss", "pg_loss", "grad_norm", "param_sum", "param_abs_sum"):
         assert b[key] == pytest.approx(a[key], rel=1e-5, abs=1e-6), key

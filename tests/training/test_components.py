@@ -110,14 +110,20 @@ def test_the_pruner_sees_the_batch_as_a_view_with_every_column():
     from fastrl.training.components import prune_view
 
     records = [Record(uid="q", problem="p", answer="1", source="t", row_id=7)] * 2
-    batch = RolloutBatch(prompts=[None, None], uids=["q", "q"], response_ids=[[1], [2]], texts=["a", "b"],
-                         engine_logprobs=[[-0.1], [-0.2]], finish_reasons=["stop", "length"], records=records,
-                         rewards=torch.tensor([1.0, 0.0]), accuracies=torch.tensor([1.0, 0.0]),
-                         advantages=torch.tensor([0.5, -0.5]))
+    batch = RolloutBatch.from_rows(prompts=[None, None], uids=["q", "q"], response_ids=[[1], [2]], texts=["a", "b"],
+                                   engine_logprobs=[[-0.1], [-0.2]], finish_reasons=["stop", "length"],
+                                   records=records, rewards=torch.tensor([1.0, 0.0]),
+                                   accuracies=torch.tensor([1.0, 0.0])).with_columns(advantages=torch.tensor([0.5, -0.5]))
     view = prune_view(batch)
     assert view.question_ids == [7, 7] and view.uids == ["q", "q"] and len(view) == 2
     assert view.rewards is batch.rewards and view.advantages is batch.advantages and view.response_ids == [[1], [2]]
-    assert set(view.columns) == {"prompts", "texts", "engine_logprobs", "finish_reasons", "records", "accuracies"}
+    # columns not computed yet (old / reference log-probs before those passes) are absent, not None
+    assert set(view.columns) == {"prompts", "texts", "engine_logprobs", "finish_reasons", "records", "accuracies",
+                                 "responses", "response_mask", "has_engine_logprobs"}
     assert view.column("finish_reasons") == ["stop", "length"]
-    with pytest.raises(KeyError, match="no column 'entropy'; it holds: accuracies, engine_logprobs"):
+    with pytest.raises(KeyError, match="no column 'old_logprobs'; it holds: accuracies, engine_logprobs"):
+        view.column("old_logprobs")
+    with_old = prune_view(batch.with_columns(old_logprobs=torch.zeros(2, 1)))
+    assert with_old.column("old_logprobs").shape == (2, 1)
+    with pytest.raises(KeyError, match="no column 'entropy'"):
         view.column("entropy")

@@ -43,7 +43,7 @@ class Actor:
 
 def _batch() -> RolloutBatch:
     responses = [[6, 7], [8, 9, 10], [6], [3, 4, 5, 6]]
-    batch = RolloutBatch(
+    batch = RolloutBatch.from_rows(
         prompts=[PromptInput("q0", [1, 2, 3])] * 2 + [PromptInput("q1", [4, 5])] * 2,
         uids=["q0", "q0", "q1", "q1"], response_ids=responses, texts=[""] * 4,
         engine_logprobs=[[0.0] * len(r) for r in responses], finish_reasons=["stop"] * 4, records=[None] * 4,
@@ -56,10 +56,9 @@ def _losses(overrides: list[str]) -> dict[str, float]:
     cfg = load_config("methods/grpo.yaml", ["algorithm.loss_agg=seq-mean-token-sum-norm", *overrides], scale="smoke")
     settings = update.LossSettings.from_config(cfg.algorithm)
     batch = _batch()
-    old = {i: torch.full((len(r),), -2.0) for i, r in enumerate(batch.response_ids)}
-    ref = {i: torch.full((len(r),), -2.5) for i, r in enumerate(batch.response_ids)}
-    metrics = update.update_policy(Actor(), batch, [[0, 1, 2, 3]], old, ref, settings=settings, micro_batch_size=2,
-                                   pad_id=0, check_finite=lambda loss, what: None)
+    batch = batch.with_columns(old_logprobs=-2.0 * batch.response_mask, ref_logprobs=-2.5 * batch.response_mask)
+    metrics = update.update_policy(Actor(), batch, update.rank_plan([[0, 1, 2, 3]], 0, 1), settings=settings,
+                                   micro_batch_size=2, pad_id=0, check_finite=lambda loss, what: None)
     return {k: metrics[f"actor/{k}"] for k in ("pg_loss", "kl_loss")}
 
 

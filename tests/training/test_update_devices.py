@@ -80,7 +80,7 @@ def _probe_loss(seen: list[dict[str, Any]]):
 def _batch() -> RolloutBatch:
     prompts = [PromptInput("q0", [1, 2, 3]), PromptInput("q0", [1, 2, 3]), PromptInput("q1", [4, 5])]
     responses = [[6, 7], [8, 9, 10], [6]]
-    batch = RolloutBatch(
+    batch = RolloutBatch.from_rows(
         prompts=prompts, uids=["q0", "q0", "q1"], response_ids=responses, texts=["", "", ""],
         engine_logprobs=[[0.0] * len(r) for r in responses], finish_reasons=["stop"] * 3,
         records=[None, None, None],
@@ -101,13 +101,13 @@ def test_update_policy_moves_every_loss_input_to_the_logits_device(monkeypatch, 
     monkeypatch.setitem(registry.POLICY_LOSSES, "device_probe", _probe_loss(seen))
     monkeypatch.setattr(update, "_item", _meta_item, raising=False)
     batch = _batch()
-    old = {i: torch.full((len(r),), -1.0) for i, r in enumerate(batch.response_ids)}  # CPU, as compute_logprobs returns
-    ref = {i: torch.full((len(r),), -1.5) for i, r in enumerate(batch.response_ids)}
+    # CPU columns, as compute_logprobs returns them
+    batch = batch.with_columns(old_logprobs=-1.0 * batch.response_mask, ref_logprobs=-1.5 * batch.response_mask)
     actor = RecordingActor(MetaLogitsLM(param_device))
     settings = update.LossSettings("device_probe", 0.2, 0.3, None, "token-mean", kl_coef=0.01, kl_kind="k3")
 
     metrics = update.update_policy(
-        actor, batch, [[0, 1, 2]], old, ref, settings=settings, micro_batch_size=2, pad_id=0,
+        actor, batch, update.rank_plan([[0, 1, 2]], 0, 1), settings=settings, micro_batch_size=2, pad_id=0,
         check_finite=lambda loss, what: None,
     )
 
@@ -132,13 +132,14 @@ def test_response_logprobs_live_on_the_logits_device(param_device):
     assert model.seen_input_devices == [torch.device(param_device)]
 
 
-def test_loss_inputs_pad_and_place_on_request():
+def test_loss_inputs_are_slices_of_the_columns_placed_on_request():
     batch = _batch()
-    tensors = collate(batch.prompts[:2], batch.response_ids[:2], pad_id=0)
-    old = {0: torch.tensor([-1.0, -2.0]), 1: torch.tensor([-3.0, -4.0, -5.0])}
-    out = update.loss_inputs(batch, [0, 1], tensors, old, None, width=3, device=torch.device("cpu"))
+    old = torch.tensor([[-1.0, -2.0, 0.0], [-3.0, -4.0, -5.0], [-6.0, 0.0, 0.0]])
+    batch = batch.with_columns(old_logprobs=old, ref_logprobs=old - 1.0)
+    tensors = collate(batch.prompts.inputs([2, 0]), batch.response_ids_of([2, 0]), pad_id=0)
+    out = update.loss_inputs(batch, [2, 0], tensors, with_ref=False, width=2, device=torch.device("cpu"))
     assert out["ref"] is None
-    assert out["old"].tolist() == [[-1.0, -2.0, 0.0], [-3.0, -4.0, -5.0]]
-    assert out["adv"].tolist() == [1.0, -1.0] and out["mask"].tolist() == [[1, 1, 0], [1, 1, 1]]
-    on_meta = update.loss_inputs(batch, [0, 1], tensors, old, old, width=3, device=META)
+    assert out["old"].tolist() == [[-6.0, 0.0], [-1.0, -2.0]]  # rows 2 and 0, cut to the micro-batch's width
+    assert out["adv"].tolist() == [0.5, 1.0] and out["mask"].tolist() == [[1, 0], [1, 1]]
+    on_meta = update.loss_inputs(batch, [2, 0], tensors, with_ref=True, width=2, device=META)
     assert {t.device for t in on_meta.values()} == {META}

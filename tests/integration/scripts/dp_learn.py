@@ -1,4 +1,5 @@
-"""One FastRL learn() step on a fixed rollout batch; writes kept uids/indices and losses as JSON.
+"""One learn() step (FastRL, or the method of ``--config=methods/<m>.yaml``) on a fixed rollout
+batch; writes kept uids/indices and losses as JSON.
 
 Run on 1 rank (plain python) or 2 ranks (``deepspeed --num_gpus 2``); the test compares the two.
 """
@@ -33,16 +34,17 @@ def fixed_batch(trainer: Trainer, n: int) -> RolloutBatch:
             ids.append(list(cut))
             texts.append(tok.decode(cut, skip_special_tokens=True))
             recs.append(rec)
-    batch = RolloutBatch(prompts=prompts, uids=uids, response_ids=ids, texts=texts,
-                         engine_logprobs=[[0.0] * len(r) for r in ids], finish_reasons=["stop"] * len(ids), records=recs)
+    batch = RolloutBatch.from_rows(prompts=prompts, uids=uids, response_ids=ids, texts=texts,
+                                   engine_logprobs=[[0.0] * len(r) for r in ids], finish_reasons=["stop"] * len(ids),
+                                   records=recs)
     scores, _ = trainer.policy.score(batch.texts, batch.records)
     batch.rewards = torch.tensor([s["overall"] for s in scores], dtype=torch.float32)
     batch.accuracies = torch.tensor([s["accuracy"] for s in scores], dtype=torch.float32)
     return batch
 
 
-def main(out: str, *overrides: str) -> None:
-    cfg = load_config("methods/fastrl.yaml", [*overrides], scale="smoke")
+def main(out: str, *overrides: str, config: str = "methods/fastrl.yaml") -> None:
+    cfg = load_config(config, [*overrides], scale="smoke")
     trainer = Trainer(cfg)
     batch = fixed_batch(trainer, n=cfg.rollout.n)
     kept, metrics = trainer.learn(batch, StageTimer())
@@ -59,4 +61,6 @@ def main(out: str, *overrides: str) -> None:
 
 if __name__ == "__main__":
     args = [a for a in sys.argv[1:] if not a.startswith("--local_rank")]  # added by the launcher
-    main(args[0], *args[1:])
+    configs = [a.split("=", 1)[1] for a in args if a.startswith("--config=")]
+    args = [a for a in args if not a.startswith("--config=")]
+    main(args[0], *args[1:], **({"config": configs[0]} if configs else {}))
