@@ -337,28 +337,16 @@ def warm_start(
     autocast (float32 weights and optimizer); on the CPU it is ignored. The saved weights are
     float32 either way.
     """
-    if steps < 0 or batch_size < 1 or lr <= 0:
-        raise ValueError(f"warm_start: need steps >= 0, batch_size >= 1, lr > 0; got {steps}, {batch_size}, {lr}")
-    if not 0.0 <= answer_noise < 1.0:
-        raise ValueError(f"warm_start: answer_noise={answer_noise} must lie in [0, 1)")
     device = torch.device(device)
-    if compute_dtype not in ("float32", "bfloat16"):
-        raise ValueError(f"warm_start: compute_dtype={compute_dtype!r}; valid: float32, bfloat16")
-    autocast = "bfloat16" if compute_dtype == "bfloat16" and device.type == "cuda" else None
+    autocast = _check_warm_start(steps, batch_size, lr, answer_noise, compute_dtype, device)
     inputs = sft_inputs(task, spec, seed=seed, steps=steps, lr=lr, batch_size=batch_size, num_train=num_train,
                         template=template, warmup_frac=warmup_frac, weight_decay=weight_decay,
                         answer_noise=answer_noise, device_type=device.type, autocast_dtype=autocast)
     key = cache_key(inputs)
     out_root = Path(out_root)
     final = out_root / f"{task}-{spec.kind}-{key}"
-    manifest = _read_manifest(final)
-    if manifest is not None and manifest.get("inputs") == inputs:
-        log.info("sft cache hit: %s (val greedy accuracy %s)", final,
-                 manifest.get("metrics", {}).get("greedy_accuracy"))
+    if _is_cached(final, inputs):
         return final
-    if final.exists():  # a directory without a matching manifest is not a valid cache entry
-        log.warning("sft cache: %s has no matching manifest; rebuilding", final)
-        shutil.rmtree(final)
     out_root.mkdir(parents=True, exist_ok=True)
     tmp = out_root / f".tmp-{task}-{key}-{os.getpid()}"
     if tmp.exists():
@@ -367,53 +355,92 @@ def warm_start(
     if num_threads is not None:
         torch.set_num_threads(num_threads)
     try:
-        t0 = time.perf_counter()
-        build_tiny_model_dir(spec, tmp, seed=seed)
-        settings = eval_settings or EvalSettings()
-        kit = load_policy_kit(PolicySpec(path=tmp, hf=HFEngineConfig(batch_size=settings.batch_size),
-                                         reward=TEMPLATE_REWARD[template], template=template), device)
-        model, tokenizer = kit.model, kit.tokenizer
-        train = generate_task(task, split="train", num=num_train, seed=seed)
-        prompts = [kit.encode(r) for r in train]
-        targets = _route_ids(tokenizer, train)
-        noisy = _noisy_route_ids(tokenizer, train, seed) if answer_noise > 0 else None
-        t_prep = time.perf_counter() - t0
-        with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
-            torch.manual_seed(seed)
-            losses = train_sft(model, prompts, targets, pad_id=kit.pad_id, seed=seed, steps=steps, lr=lr,
-                               batch_size=batch_size, warmup_frac=warmup_frac, weight_decay=weight_decay,
-                               log_every=log_every or max(1, steps // 10), noisy_targets=noisy,
-                               answer_noise=answer_noise, autocast_dtype=torch.bfloat16 if autocast else None)
-        t_train = time.perf_counter() - t0 - t_prep
-        model.save_pretrained(str(tmp), safe_serialization=True)
-        metrics: dict[str, Any] = {}
-        if settings.num_prompts > 0:
-            val = generate_task(task, split="val", num=settings.num_prompts, seed=seed)
-            metrics = evaluate_policy(kit, val, settings=settings)
-            log.info("sft %s: val greedy accuracy %.3f, T=1 accuracy %.3f, mixed groups %.2f", task,
-                     metrics["greedy_accuracy"], metrics["sampled_accuracy"], metrics["mixed_group_fraction"])
-        record = {
-            "inputs": inputs,
-            "key": key,
-            "prep_seconds": t_prep,
-            "train_seconds": t_train,
-            "torch_threads": torch.get_num_threads(),
-            "device": str(device),
-            "num_parameters": sum(p.numel() for p in model.parameters()),
-            "loss_first": losses[0] if losses else None,
-            "loss_last_10pct": float(np.mean(losses[-max(1, len(losses) // 10):])) if losses else None,
-            "eval_settings": settings.__dict__,
-            "metrics": metrics,
-        }
-        (tmp / MANIFEST).write_text(json.dumps(record, indent=2, sort_keys=True))
-        try:
-            tmp.rename(final)
-        except OSError:
-            if _read_manifest(final) is None:  # not a concurrent writer that finished first
-                raise
-            shutil.rmtree(tmp)
+        record = _sft_into(tmp, task, spec, seed=seed, steps=steps, lr=lr, batch_size=batch_size,
+                           num_train=num_train, template=template, warmup_frac=warmup_frac,
+                           weight_decay=weight_decay, settings=eval_settings or EvalSettings(),
+                           log_every=log_every or max(1, steps // 10), answer_noise=answer_noise,
+                           device=device, autocast=autocast)
+        (tmp / MANIFEST).write_text(json.dumps({"inputs": inputs, "key": key, **record}, indent=2, sort_keys=True))
+        _publish(tmp, final)
         return final
     finally:
         torch.set_num_threads(prev_threads)
         if tmp.exists():
             shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _check_warm_start(steps: int, batch_size: int, lr: float, answer_noise: float, compute_dtype: str,
+                      device: torch.device) -> str | None:
+    """Check warm_start's arguments; return the autocast dtype name (bf16 on CUDA only) or None."""
+    if steps < 0 or batch_size < 1 or lr <= 0:
+        raise ValueError(f"warm_start: need steps >= 0, batch_size >= 1, lr > 0; got {steps}, {batch_size}, {lr}")
+    if not 0.0 <= answer_noise < 1.0:
+        raise ValueError(f"warm_start: answer_noise={answer_noise} must lie in [0, 1)")
+    if compute_dtype not in ("float32", "bfloat16"):
+        raise ValueError(f"warm_start: compute_dtype={compute_dtype!r}; valid: float32, bfloat16")
+    return "bfloat16" if compute_dtype == "bfloat16" and device.type == "cuda" else None
+
+
+def _is_cached(final: Path, inputs: dict[str, Any]) -> bool:
+    """True when ``final`` holds a finished warm start of exactly ``inputs``; a directory without a
+    matching manifest is not a valid cache entry and is removed."""
+    manifest = _read_manifest(final)
+    if manifest is not None and manifest.get("inputs") == inputs:
+        log.info("sft cache hit: %s (val greedy accuracy %s)", final,
+                 manifest.get("metrics", {}).get("greedy_accuracy"))
+        return True
+    if final.exists():
+        log.warning("sft cache: %s has no matching manifest; rebuilding", final)
+        shutil.rmtree(final)
+    return False
+
+
+def _publish(tmp: Path, final: Path) -> None:
+    """Move a finished warm start into place (a concurrent writer that finished first wins)."""
+    try:
+        tmp.rename(final)
+    except OSError:
+        if _read_manifest(final) is None:
+            raise
+        shutil.rmtree(tmp)
+
+
+def _sft_into(tmp: Path, task: str, spec: TinyModelSpec, *, seed: int, steps: int, lr: float, batch_size: int,
+              num_train: int, template: str, warmup_frac: float, weight_decay: float, settings: EvalSettings,
+              log_every: int, answer_noise: float, device: torch.device, autocast: str | None) -> dict[str, Any]:
+    """Build the tiny model in ``tmp``, SFT it, save it there and evaluate it; the manifest's record."""
+    t0 = time.perf_counter()
+    build_tiny_model_dir(spec, tmp, seed=seed)
+    kit = load_policy_kit(PolicySpec(path=tmp, hf=HFEngineConfig(batch_size=settings.batch_size),
+                                     reward=TEMPLATE_REWARD[template], template=template), device)
+    model, tokenizer = kit.model, kit.tokenizer
+    train = generate_task(task, split="train", num=num_train, seed=seed)
+    prompts = [kit.encode(r) for r in train]
+    targets = _route_ids(tokenizer, train)
+    noisy = _noisy_route_ids(tokenizer, train, seed) if answer_noise > 0 else None
+    t_prep = time.perf_counter() - t0
+    with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
+        torch.manual_seed(seed)
+        losses = train_sft(model, prompts, targets, pad_id=kit.pad_id, seed=seed, steps=steps, lr=lr,
+                           batch_size=batch_size, warmup_frac=warmup_frac, weight_decay=weight_decay,
+                           log_every=log_every, noisy_targets=noisy,
+                           answer_noise=answer_noise, autocast_dtype=torch.bfloat16 if autocast else None)
+    t_train = time.perf_counter() - t0 - t_prep
+    model.save_pretrained(str(tmp), safe_serialization=True)
+    metrics: dict[str, Any] = {}
+    if settings.num_prompts > 0:
+        val = generate_task(task, split="val", num=settings.num_prompts, seed=seed)
+        metrics = evaluate_policy(kit, val, settings=settings)
+        log.info("sft %s: val greedy accuracy %.3f, T=1 accuracy %.3f, mixed groups %.2f", task,
+                 metrics["greedy_accuracy"], metrics["sampled_accuracy"], metrics["mixed_group_fraction"])
+    return {
+        "prep_seconds": t_prep,
+        "train_seconds": t_train,
+        "torch_threads": torch.get_num_threads(),
+        "device": str(device),
+        "num_parameters": sum(p.numel() for p in model.parameters()),
+        "loss_first": losses[0] if losses else None,
+        "loss_last_10pct": float(np.mean(losses[-max(1, len(losses) // 10):])) if losses else None,
+        "eval_settings": settings.__dict__,
+        "metrics": metrics,
+    }
