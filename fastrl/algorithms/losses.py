@@ -19,6 +19,7 @@ ran on):
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Literal
 
 import torch
@@ -161,8 +162,8 @@ def _sequence_advantages(advantages: Tensor, mask: Tensor, where: str) -> Tensor
     return seq
 
 
-def _check_loss_inputs(logp: Tensor, old_logp: Tensor, mask: Tensor, clip_low: float, clip_high: float,
-                       dual_clip: float | None, where: str) -> None:
+def _check_loss_inputs(logp: Tensor, old_logp: Tensor, mask: Tensor, settings: ClipSettings, where: str) -> None:
+    clip_low, clip_high, dual_clip = settings.clip_low, settings.clip_high, settings.dual_clip
     _check_pair(logp, old_logp, "logp and old_logp", where)
     _check_pair(logp, mask, "logp and mask", where)
     if logp.dim() != 2:
@@ -182,15 +183,14 @@ def _sequence_log_ratio(log_diff: Tensor, mask: Tensor) -> Tensor:
 
 
 def _clipped_loss(
-    ratio: Tensor, adv: Tensor, log_diff: Tensor, mask: Tensor, *, clip_low: float, clip_high: float,
-    dual_clip: float | None, agg: str, global_token_count: float | Tensor | None,
-    global_seq_count: float | Tensor | None, norm_constant: float | None,
+    ratio: Tensor, adv: Tensor, log_diff: Tensor, mask: Tensor, settings: ClipSettings,
 ) -> tuple[Tensor, dict[str, Tensor]]:
     """The clipped surrogate of every policy loss, given its per-token ``ratio`` and ``adv`` [B, T]:
     max(-A r, -A clip(r, 1 - eps_low, 1 + eps_high)), with the dual clip min(., -A c) where A < 0,
     aggregated by ``agg``; plus the detached metrics (see :func:`ppo_clip_loss`)."""
+    dual_clip = settings.dual_clip
     loss1 = -adv * ratio
-    loss2 = -adv * torch.clamp(ratio, 1.0 - clip_low, 1.0 + clip_high)
+    loss2 = -adv * torch.clamp(ratio, 1.0 - settings.clip_low, 1.0 + settings.clip_high)
     clipped = torch.maximum(loss1, loss2)
     clip_active = loss2 > loss1
     lower_active = torch.zeros_like(clip_active)
@@ -199,8 +199,8 @@ def _clipped_loss(
         loss3 = -adv * dual_clip
         lower_active = (clipped > loss3) & (adv < 0)
         per_token = torch.where(adv < 0, torch.minimum(loss3, clipped), clipped)
-    loss = aggregate(per_token, mask, agg, global_token_count=global_token_count,
-                     global_seq_count=global_seq_count, norm_constant=norm_constant)
+    loss = aggregate(per_token, mask, settings.agg, global_token_count=settings.global_token_count,
+                     global_seq_count=settings.global_seq_count, norm_constant=settings.norm_constant)
     with torch.no_grad():
         m = mask.to(ratio.dtype)
         mb = mask.to(torch.bool)
@@ -217,19 +217,28 @@ def _clipped_loss(
     return loss, metrics
 
 
+@dataclass(frozen=True)
+class ClipSettings:
+    """What every registered policy loss takes besides its tensors (one object, so a plug-in loss
+    has the same typed interface as the built-in ones).
+
+    clip_low / clip_high: eps_low / eps_high, the ratio is clipped to [1 - eps_low, 1 + eps_high].
+    dual_clip: c > 1 for PPO's dual clip (only where A < 0), or None.
+    agg: aggregation mode, see :func:`aggregate` (with the optional global denominators).
+    norm_constant: Dr.GRPO's constant C of ``agg = seq-mean-token-sum-norm`` (see :func:`aggregate`).
+    """
+
+    clip_low: float = 0.2
+    clip_high: float = 0.2
+    dual_clip: float | None = None
+    agg: str = "token-mean"
+    global_token_count: float | Tensor | None = None
+    global_seq_count: float | Tensor | None = None
+    norm_constant: float | None = None
+
+
 def ppo_clip_loss(
-    logp: Tensor,
-    old_logp: Tensor,
-    advantages: Tensor,
-    mask: Tensor,
-    *,
-    clip_low: float = 0.2,
-    clip_high: float = 0.2,
-    dual_clip: float | None = None,
-    agg: str = "token-mean",
-    global_token_count: float | Tensor | None = None,
-    global_seq_count: float | Tensor | None = None,
-    norm_constant: float | None = None,
+    logp: Tensor, old_logp: Tensor, advantages: Tensor, mask: Tensor, settings: ClipSettings = ClipSettings(),
 ) -> tuple[Tensor, dict[str, Tensor]]:
     """PPO-clip with per-token ratio exp(clamp(logp - logp_old, -20, 20)) (GRPO, DAPO).
 
@@ -238,10 +247,7 @@ def ppo_clip_loss(
         old_logp: [B, T] log-probs under the rollout (old) policy; treated as constants.
         advantages: [B] per sequence or [B, T] per token.
         mask: [B, T] response mask.
-        clip_low / clip_high: eps_low / eps_high, the ratio is clipped to [1 - eps_low, 1 + eps_high].
-        dual_clip: c > 1 for PPO's dual clip (only where A < 0), or None.
-        agg: aggregation mode, see :func:`aggregate` (with the optional global denominators).
-        norm_constant: Dr.GRPO's constant C of ``agg = seq-mean-token-sum-norm`` (see :func:`aggregate`).
+        settings: clip range, dual clip, aggregation and its denominators (:class:`ClipSettings`).
 
     Returns:
         ``(loss, metrics)``: 0-dim loss; metrics are detached 0-dim tensors, masked token means
@@ -250,13 +256,11 @@ def ppo_clip_loss(
         ``ratio_mean``, ``ratio_max``, ``ratio_min`` (the importance ratio used, per token).
     """
     where = "ppo_clip_loss"
-    _check_loss_inputs(logp, old_logp, mask, clip_low, clip_high, dual_clip, where)
+    _check_loss_inputs(logp, old_logp, mask, settings, where)
     log_diff = logp - old_logp.detach()
     adv = _token_advantages(advantages, logp.shape, where).detach()
     ratio = torch.exp(torch.clamp(log_diff, -_LOG_RATIO_CLAMP, _LOG_RATIO_CLAMP))
-    return _clipped_loss(ratio, adv, log_diff, mask, clip_low=clip_low, clip_high=clip_high, dual_clip=dual_clip,
-                         agg=agg, global_token_count=global_token_count, global_seq_count=global_seq_count,
-                         norm_constant=norm_constant)
+    return _clipped_loss(ratio, adv, log_diff, mask, settings)
 
 
 def _no_dual_clip(dual_clip: float | None, where: str) -> None:
@@ -265,65 +269,39 @@ def _no_dual_clip(dual_clip: float | None, where: str) -> None:
 
 
 def gspo_loss(
-    logp: Tensor,
-    old_logp: Tensor,
-    advantages: Tensor,
-    mask: Tensor,
-    *,
-    clip_low: float = 0.2,
-    clip_high: float = 0.2,
-    dual_clip: float | None = None,
-    agg: str = "token-mean",
-    global_token_count: float | Tensor | None = None,
-    global_seq_count: float | Tensor | None = None,
-    norm_constant: float | None = None,
+    logp: Tensor, old_logp: Tensor, advantages: Tensor, mask: Tensor, settings: ClipSettings = ClipSettings(),
 ) -> tuple[Tensor, dict[str, Tensor]]:
     """GSPO: the sequence ratio s_i = exp(mean_t(logp - logp_old)) broadcast to the sequence's
     tokens; advantages one per sequence ([B], or [B, T] constant over each row). Arguments and
     metrics as :func:`ppo_clip_loss` (no dual clip)."""
     where = "gspo_loss"
-    _check_loss_inputs(logp, old_logp, mask, clip_low, clip_high, dual_clip, where)
-    _no_dual_clip(dual_clip, where)
+    _check_loss_inputs(logp, old_logp, mask, settings, where)
+    _no_dual_clip(settings.dual_clip, where)
     log_diff = logp - old_logp.detach()
     adv = _sequence_advantages(advantages.detach(), mask, where)[:, None].expand(logp.shape)
     ratio = torch.exp(_sequence_log_ratio(log_diff, mask))[:, None].expand(logp.shape)
-    return _clipped_loss(ratio, adv, log_diff, mask, clip_low=clip_low, clip_high=clip_high, dual_clip=None,
-                         agg=agg, global_token_count=global_token_count, global_seq_count=global_seq_count,
-                         norm_constant=norm_constant)
+    return _clipped_loss(ratio, adv, log_diff, mask, settings)
 
 
 def gspo_token_loss(
-    logp: Tensor,
-    old_logp: Tensor,
-    advantages: Tensor,
-    mask: Tensor,
-    *,
-    clip_low: float = 0.2,
-    clip_high: float = 0.2,
-    dual_clip: float | None = None,
-    agg: str = "token-mean",
-    global_token_count: float | Tensor | None = None,
-    global_seq_count: float | Tensor | None = None,
-    norm_constant: float | None = None,
+    logp: Tensor, old_logp: Tensor, advantages: Tensor, mask: Tensor, settings: ClipSettings = ClipSettings(),
 ) -> tuple[Tensor, dict[str, Tensor]]:
     """GSPO-token: per-token ratio sg[s_i] * pi_t / sg[pi_t] (value s_i, gradient s_i * grad log pi_t);
     admits per-token advantages. Arguments and metrics as :func:`ppo_clip_loss` (no dual clip)."""
     where = "gspo_token_loss"
-    _check_loss_inputs(logp, old_logp, mask, clip_low, clip_high, dual_clip, where)
-    _no_dual_clip(dual_clip, where)
+    _check_loss_inputs(logp, old_logp, mask, settings, where)
+    _no_dual_clip(settings.dual_clip, where)
     log_diff = logp - old_logp.detach()
     adv = _token_advantages(advantages, logp.shape, where).detach()
     ratio = torch.exp(logp - logp.detach() + _sequence_log_ratio(log_diff, mask).detach()[:, None])
-    return _clipped_loss(ratio, adv, log_diff, mask, clip_low=clip_low, clip_high=clip_high, dual_clip=None,
-                         agg=agg, global_token_count=global_token_count, global_seq_count=global_seq_count,
-                         norm_constant=norm_constant)
+    return _clipped_loss(ratio, adv, log_diff, mask, settings)
 
 
 def policy_loss(
     logp: Tensor, old_logp: Tensor, advantages: Tensor, mask: Tensor, *, kind: str = "ppo_clip", **settings: object,
 ) -> tuple[Tensor, dict[str, Tensor]]:
     """The registered policy loss ``kind`` (``ppo_clip`` | ``gspo`` | ``gspo_token``, or a plug-in's)
-    with ``settings`` (clip_low, clip_high, dual_clip, agg, denominators): see :func:`ppo_clip_loss`."""
+    with ``settings`` as keywords (the fields of :class:`ClipSettings`): see :func:`ppo_clip_loss`."""
     if kind not in POLICY_LOSSES:
         raise ValueError(f"policy_loss: unknown kind {kind!r}; valid kinds: {', '.join(POLICY_LOSSES)}")
-    return POLICY_LOSSES[kind](logp, old_logp, advantages, mask, **settings)
+    return POLICY_LOSSES[kind](logp, old_logp, advantages, mask, ClipSettings(**settings))  # type: ignore[arg-type]

@@ -118,12 +118,11 @@ class RolloutScaler(Protocol):
 
 
 class PolicyLoss(Protocol):
-    """``(logp, old_logp, advantages, mask, **settings) -> (loss, metrics)`` (losses.ppo_clip_loss, ...)."""
+    """``(logp, old_logp, advantages, mask, settings) -> (loss, metrics)`` (losses.ppo_clip_loss, ...);
+    ``settings`` is a :class:`fastrl.algorithms.losses.ClipSettings`."""
 
-    def __call__(self, logp: Tensor, old_logp: Tensor, advantages: Tensor, mask: Tensor, *,
-                 clip_low: float, clip_high: float, dual_clip: float | None, agg: str,
-                 global_token_count: float | Tensor | None = None, global_seq_count: float | Tensor | None = None,
-                 norm_constant: float | None = None) -> tuple[Tensor, dict[str, Tensor]]: ...
+    def __call__(self, logp: Tensor, old_logp: Tensor, advantages: Tensor, mask: Tensor,
+                 settings: Any) -> tuple[Tensor, dict[str, Tensor]]: ...
 
 
 class AdvantageEstimator(Protocol):

@@ -187,10 +187,9 @@ def _micro_batch_step(actor, batch: RolloutBatch, mb: Sequence[int], policy_loss
     logp, entropy = response_logprobs(actor.module, tensors, with_entropy=True)
     inputs = loss_inputs(batch, mb, tensors, with_ref=with_ref, width=logp.shape[1], device=logp.device)
     mask = inputs["mask"]
-    loss, pg_metrics = policy_loss_fn(
-        logp, inputs["old"], inputs["adv"], mask, clip_low=settings.clip_low,
-        clip_high=settings.clip_high, dual_clip=settings.dual_clip, agg=settings.agg, **denominators,
-    )
+    clip = losses.ClipSettings(clip_low=settings.clip_low, clip_high=settings.clip_high, dual_clip=settings.dual_clip,
+                               agg=settings.agg, **denominators)
+    loss, pg_metrics = policy_loss_fn(logp, inputs["old"], inputs["adv"], mask, clip)
     metrics = {K.actor_key(k): _item(v) for k, v in pg_metrics.items()}
     shares[0] += _item(loss)
     if inputs["ref"] is not None:

@@ -237,13 +237,13 @@ def test_each_policy_loss_is_its_own_registered_function():
 
 
 def test_policy_loss_dispatches_to_a_plugin_loss(monkeypatch):
-    from fastrl.algorithms import registry
+    from fastrl.algorithms import losses, registry
 
     calls = []
 
-    def half_ppo(logp, old_logp, advantages, mask, **settings):
+    def half_ppo(logp, old_logp, advantages, mask, settings):
         calls.append(settings)
-        loss, metrics = registry.get(registry.POLICY_LOSSES, "ppo_clip")(logp, old_logp, advantages, mask, **settings)
+        loss, metrics = registry.get(registry.POLICY_LOSSES, "ppo_clip")(logp, old_logp, advantages, mask, settings)
         return 0.5 * loss, metrics
 
     monkeypatch.setitem(registry.POLICY_LOSSES, "half_ppo", half_ppo)
@@ -251,5 +251,5 @@ def test_policy_loss_dispatches_to_a_plugin_loss(monkeypatch):
     adv = torch.tensor([1.0, -1.0])
     full, _ = policy_loss(logp, logp + 0.1, adv, torch.ones(2, 3), kind="ppo_clip", clip_low=0.2, clip_high=0.2)
     half, _ = policy_loss(logp, logp + 0.1, adv, torch.ones(2, 3), kind="half_ppo", clip_low=0.2, clip_high=0.2)
-    assert calls == [{"clip_low": 0.2, "clip_high": 0.2}]
+    assert calls == [losses.ClipSettings(clip_low=0.2, clip_high=0.2)]
     assert torch.allclose(half, 0.5 * full)

@@ -94,7 +94,7 @@ def test_a_pruner_built_by_hand_checks_its_section():
 def test_policy_losses_and_estimators_are_callable():
     x = torch.zeros(2, 3)
     for name, fn in R.POLICY_LOSSES.items():
-        loss, metrics = fn(x, x, torch.ones(2), torch.ones(2, 3), clip_low=0.2, clip_high=0.2)
+        loss, metrics = fn(x, x, torch.ones(2), torch.ones(2, 3), losses.ClipSettings(clip_low=0.2, clip_high=0.2))
         assert loss.item() == pytest.approx(-1.0) and "clipfrac" in metrics, name
     assert R.ADVANTAGE_ESTIMATORS["drgrpo"]([1.0, 0.0], ["a", "a"]).tolist() == [0.5, -0.5]
 

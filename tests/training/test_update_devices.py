@@ -65,7 +65,7 @@ def _probe_loss(seen: list[dict[str, Any]]):
     """A policy loss that records what it receives and combines it as the real loss does (so a
     tensor on another device than ``logp`` raises right here)."""
 
-    def probe(logp, old_logp, advantages, mask, **_: Any):
+    def probe(logp, old_logp, advantages, mask, settings: Any):
         seen.append({
             "devices": {k: t.device for k, t in
                         (("logp", logp), ("old", old_logp), ("adv", advantages), ("mask", mask))},
