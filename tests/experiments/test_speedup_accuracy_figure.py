@@ -64,3 +64,13 @@ def test_make_figures_collect_draws_it_from_the_scale_table(tmp_path: Path) -> N
     _small_table(tmp_path / "table1.csv")
     ctx = Context(scale="smoke", seeds=[1], runs_root=tmp_path / "runs", out_dir=tmp_path, launcher="inprocess")
     assert tmp_path / F.FIGURE_NAME in figures_target.collect(ctx)
+
+
+def test_make_figures_collect_skips_it_without_paired_rows(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    with (tmp_path / "table1.csv").open("w", newline="") as fh:  # one seed: no intervals
+        w = csv.DictWriter(fh, fieldnames=FIELDS)
+        w.writeheader()
+        w.writerow(_row("fastrl", "Geometry3K", "Qwen2.5-VL-3B-Instruct", F.SPEEDUP_METRIC, 1.8))
+    ctx = Context(scale="smoke", seeds=[1], runs_root=tmp_path / "runs", out_dir=tmp_path, launcher="inprocess")
+    assert figures_target.collect(ctx) == []
+    assert "not drawn" in capsys.readouterr().out
