@@ -43,6 +43,7 @@ class EvalJob:
     reward: str
     max_new_tokens: int
     engine: str  # hf | vllm
+    threads: int = 0  # torch intra-op threads (the run's trainer.torch_threads; 0: torch's default)
 
     def done(self) -> bool:
         return (self.out_dir / "eval.json").is_file()
@@ -50,7 +51,8 @@ class EvalJob:
     def argv(self) -> list[str]:
         return ["eval", "--model", str(self.run_dir), "--benchmark", self.benchmark, "--k", str(self.k),
                 "--sampling", self.sampling, "--template", self.template, "--reward", self.reward,
-                "--max-new-tokens", str(self.max_new_tokens), "--engine", self.engine, "--out", str(self.out_dir)]
+                "--max-new-tokens", str(self.max_new_tokens), "--engine", self.engine, "--threads", str(self.threads),
+                "--out", str(self.out_dir)]
 
 
 def safe_name(name: str) -> str:
@@ -70,11 +72,13 @@ def eval_jobs(spec: RunSpec, *, k: int, subdir: str, include_in_domain: bool) ->
     d, r = cfg["data"], cfg["rollout"]
     sampling = "paper" if k > 1 or spec.scale == "paper" else "greedy"
     engine = "vllm" if spec.scale == "paper" else "hf"
+    # the run's own thread count (mini: 1, which beats torch's default by far on a loaded box)
+    threads = int(cfg["trainer"]["torch_threads"])
     jobs: list[EvalJob] = []
 
     def add(name: str, bench: str, template: str, reward: str) -> None:
         jobs.append(EvalJob(spec.run_dir, name, bench, spec.run_dir / subdir / safe_name(name), k, sampling,
-                            template, reward, int(r["max_new_tokens"]), engine))
+                            template, reward, int(r["max_new_tokens"]), engine, threads))
 
     if d["task"] == "files":
         if include_in_domain:
@@ -118,7 +122,8 @@ class EvalGroup:
             argv += ["--benchmark", j.benchmark]
         argv += ["--k", str(first.k), "--sampling", first.sampling, "--template", first.template,
                  "--reward", first.reward, "--max-new-tokens", str(first.max_new_tokens), "--engine", first.engine,
-                 "--batch-size", str(EVAL_BATCH_SIZE), "--out", str(first.out_dir.parent), "--out-per-benchmark"]
+                 "--batch-size", str(EVAL_BATCH_SIZE), "--threads", str(first.threads),
+                 "--out", str(first.out_dir.parent), "--out-per-benchmark"]
         for j in self.jobs[1:]:
             if j.template != first.template:
                 argv += ["--benchmark-template", f"{j.name}={j.template}"]
@@ -129,7 +134,7 @@ class EvalGroup:
 
 def _process_key(job: EvalJob) -> tuple[Any, ...]:
     """What one process shares; template and reward may differ per benchmark."""
-    return (job.run_dir, job.k, job.sampling, job.max_new_tokens, job.engine, job.out_dir.parent)
+    return (job.run_dir, job.k, job.sampling, job.max_new_tokens, job.engine, job.threads, job.out_dir.parent)
 
 
 def eval_groups(jobs: Sequence[EvalJob]) -> list[EvalGroup]:

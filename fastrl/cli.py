@@ -81,8 +81,15 @@ def write_eval(results: dict[str, Any], out: Path, *, per_benchmark: bool) -> li
 
 def cmd_eval(args: argparse.Namespace) -> int:
     check_model_arg(args.model)
+    if args.threads < 0:
+        raise ValueError(f"eval --threads {args.threads}: give 0 (torch's default) or a positive number")
     from fastrl.evaluation.metrics import markdown_table
     from fastrl.models.device import resolve_device
+
+    if args.threads:
+        import torch
+
+        torch.set_num_threads(args.threads)
 
     try:
         results = api.evaluate(
@@ -167,6 +174,8 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--batch-size", type=int, default=32)
     e.add_argument("--gpu-memory-utilization", type=float, default=0.8)
     e.add_argument("--seed", type=int, default=0)
+    e.add_argument("--threads", type=int, default=0,
+                   help="torch intra-op threads (0: torch's default); a run's own trainer.torch_threads suits it")
     e.add_argument("--limit", type=int, default=0, help="first N problems of each benchmark (0: all)")
     e.add_argument("--out", default="runs/eval")
     e.add_argument("--out-per-benchmark", action="store_true",

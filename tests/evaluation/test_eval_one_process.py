@@ -105,3 +105,15 @@ def test_name_value_pairs():
         "mini-geo:total": "fastrl_mc", "MathVista": "mc"}
     with pytest.raises(ValueError, match="expected BENCHMARK=VALUE"):
         name_value_pairs(["fastrl_mc"], flag="--benchmark-template")
+
+
+def test_threads_option_sets_torchs_intra_op_threads(tiny_model, tmp_path, monkeypatch, capsys):
+    import torch
+
+    set_to: list[int] = []
+    monkeypatch.setattr(torch, "set_num_threads", set_to.append)
+    assert main([*_eval_argv(tiny_model, ["mini-math"], tmp_path), "--k", "1", "--sampling", "greedy",
+                 "--threads", "1"]) == 0
+    assert set_to == [1]
+    assert main(["eval", "--model", str(tiny_model), "--benchmark", "mini-math", "--threads", "-1"]) == 2
+    assert "--threads -1" in capsys.readouterr().err

@@ -24,7 +24,8 @@ def _run(root: Path, name: str, *, scale: str = "mini", files: bool = False, ood
     data = ({"task": "files", "val_files": ["data/geo3k_val.parquet"], "template": "fastrl_math", "reward": "math"}
             if files else {"task": "mini-geo", "variant": "default", "ood_variants": ["total"],
                            "template": "fastrl_math", "reward": "math"})
-    (run_dir / "config.yaml").write_text(yaml.safe_dump({"data": data, "rollout": {"max_new_tokens": 40}}))
+    (run_dir / "config.yaml").write_text(yaml.safe_dump({"data": data, "rollout": {"max_new_tokens": 40},
+                                                       "trainer": {"torch_threads": 1}}))
     return RunSpec(target="table4", group="table1", scale=scale, dataset="geometry3k", model="vl_7b", variant=name,
                    seed=1, config="methods/grpo.yaml", overrides=(), run_dir=run_dir, ood=tuple(ood))
 
@@ -38,7 +39,8 @@ def test_a_runs_benchmarks_form_one_group_whose_argv_fastrl_eval_accepts(tmp_pat
     args = build_parser().parse_args(argv)
     assert args.benchmark == ["mini-geo:default", "mini-geo:total"] and args.out_per_benchmark
     assert Path(args.out) == spec.run_dir / "eval_k16" and args.k == 16 and args.sampling == "paper"
-    assert args.batch_size == E.EVAL_BATCH_SIZE and args.benchmark_template == [] and args.benchmark_reward == []
+    assert args.batch_size == E.EVAL_BATCH_SIZE and args.threads == 1
+    assert args.benchmark_template == [] and args.benchmark_reward == []
     # a finished benchmark is not evaluated again; nothing pending: no group
     (jobs[0].out_dir).mkdir(parents=True)
     (jobs[0].out_dir / "eval.json").write_text("{}")
