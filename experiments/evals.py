@@ -5,20 +5,30 @@
   ``<run>/eval/<name>/eval.json`` (the trainer evaluates only generator variants itself).
 - Table 4, every scale: avg@k and pass@k (k = 16) on the in-domain validation set and the
   out-of-domain benchmarks, written to ``<run>/eval_k16/<name>/eval.json``.
+
+A run's pending evaluations go to ONE ``fastrl eval`` process (``eval_groups`` / ``run_group``):
+the model is loaded once, every benchmark is one batched ``generate`` call of all its problems x
+k samples (``EVAL_BATCH_SIZE`` sequences at a time with the hf engine), and
+``--out-per-benchmark`` writes each benchmark's ``eval.json`` where a process of its own would.
 """
 
 from __future__ import annotations
 
-import re
 import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 import yaml
 
 from experiments.spec import RunSpec
+from fastrl.evaluation.metrics import benchmark_dirname
+
+# Sequences per hf ``generate`` call in these evaluations (``fastrl eval --batch-size``). Measured on
+# the mini runs of Table 4 (experiments/table4/README.md): larger batches amortise the per-token
+# Python overhead of ``generate``; the samples depend on it (each batch is seeded), so it is fixed.
+EVAL_BATCH_SIZE = 256
 
 
 @dataclass(frozen=True)
@@ -33,6 +43,7 @@ class EvalJob:
     reward: str
     max_new_tokens: int
     engine: str  # hf | vllm
+    threads: int = 0  # torch intra-op threads (the run's trainer.torch_threads; 0: torch's default)
 
     def done(self) -> bool:
         return (self.out_dir / "eval.json").is_file()
@@ -40,11 +51,12 @@ class EvalJob:
     def argv(self) -> list[str]:
         return ["eval", "--model", str(self.run_dir), "--benchmark", self.benchmark, "--k", str(self.k),
                 "--sampling", self.sampling, "--template", self.template, "--reward", self.reward,
-                "--max-new-tokens", str(self.max_new_tokens), "--engine", self.engine, "--out", str(self.out_dir)]
+                "--max-new-tokens", str(self.max_new_tokens), "--engine", self.engine, "--threads", str(self.threads),
+                "--out", str(self.out_dir)]
 
 
 def safe_name(name: str) -> str:
-    return re.sub(r"[^A-Za-z0-9_.-]+", "_", name)
+    return benchmark_dirname(name)
 
 
 def run_config(run_dir: Path) -> dict[str, Any]:
@@ -60,11 +72,13 @@ def eval_jobs(spec: RunSpec, *, k: int, subdir: str, include_in_domain: bool) ->
     d, r = cfg["data"], cfg["rollout"]
     sampling = "paper" if k > 1 or spec.scale == "paper" else "greedy"
     engine = "vllm" if spec.scale == "paper" else "hf"
+    # the run's own thread count (mini: 1, which beats torch's default by far on a loaded box)
+    threads = int(cfg["trainer"]["torch_threads"])
     jobs: list[EvalJob] = []
 
     def add(name: str, bench: str, template: str, reward: str) -> None:
         jobs.append(EvalJob(spec.run_dir, name, bench, spec.run_dir / subdir / safe_name(name), k, sampling,
-                            template, reward, int(r["max_new_tokens"]), engine))
+                            template, reward, int(r["max_new_tokens"]), engine, threads))
 
     if d["task"] == "files":
         if include_in_domain:
@@ -81,12 +95,73 @@ def eval_jobs(spec: RunSpec, *, k: int, subdir: str, include_in_domain: bool) ->
 
 
 def run_job(job: EvalJob, launcher: str) -> None:
-    """In this process (``inprocess``) or as ``python -m fastrl.cli eval`` (otherwise)."""
+    """One evaluation in this process (``inprocess``) or as ``python -m fastrl.cli eval`` (otherwise);
+    several of one run: ``eval_groups`` + ``run_group`` (one process)."""
+    rc = _run_fastrl(job.argv(), launcher)
+    if rc != 0 or not job.done():
+        raise RuntimeError(f"fastrl {' '.join(job.argv())} failed (exit {rc})")
+
+
+@dataclass(frozen=True)
+class EvalGroup:
+    """Evaluations of one run that share one ``fastrl eval`` process (model loaded once)."""
+
+    jobs: tuple[EvalJob, ...]
+
+    @property
+    def run_dir(self) -> Path:
+        return self.jobs[0].run_dir
+
+    def done(self) -> bool:
+        return all(j.done() for j in self.jobs)
+
+    def argv(self) -> list[str]:
+        first = self.jobs[0]
+        argv = ["eval", "--model", str(first.run_dir)]
+        for j in self.jobs:
+            argv += ["--benchmark", j.benchmark]
+        argv += ["--k", str(first.k), "--sampling", first.sampling, "--template", first.template,
+                 "--reward", first.reward, "--max-new-tokens", str(first.max_new_tokens), "--engine", first.engine,
+                 "--batch-size", str(EVAL_BATCH_SIZE), "--threads", str(first.threads),
+                 "--out", str(first.out_dir.parent), "--out-per-benchmark"]
+        for j in self.jobs[1:]:
+            if j.template != first.template:
+                argv += ["--benchmark-template", f"{j.name}={j.template}"]
+            if j.reward != first.reward:
+                argv += ["--benchmark-reward", f"{j.name}={j.reward}"]
+        return argv
+
+
+def _process_key(job: EvalJob) -> tuple[Any, ...]:
+    """What one process shares; template and reward may differ per benchmark."""
+    return (job.run_dir, job.k, job.sampling, job.max_new_tokens, job.engine, job.threads, job.out_dir.parent)
+
+
+def eval_groups(jobs: Sequence[EvalJob]) -> list[EvalGroup]:
+    """The jobs not done yet, one group per run (per shared setting), in the order given.
+
+    A job's out_dir must be ``<parent>/<benchmark_dirname(name)>`` (where ``--out-per-benchmark``
+    writes it); ``eval_jobs`` builds them so."""
+    groups: dict[tuple[Any, ...], list[EvalJob]] = {}
+    for j in jobs:
+        if j.out_dir.name != benchmark_dirname(j.name):
+            raise ValueError(f"{j.out_dir}: an evaluation of {j.name!r} in one process with others is written to "
+                             f"{j.out_dir.parent / benchmark_dirname(j.name)}")
+        if not j.done():
+            groups.setdefault(_process_key(j), []).append(j)
+    return [EvalGroup(tuple(g)) for g in groups.values()]
+
+
+def _run_fastrl(argv: list[str], launcher: str) -> int:
     if launcher == "inprocess":
         from fastrl.cli import main
 
-        rc = main(job.argv())
-    else:
-        rc = subprocess.run([sys.executable, "-m", "fastrl.cli", *job.argv()]).returncode
-    if rc != 0 or not job.done():
-        raise RuntimeError(f"fastrl {' '.join(job.argv())} failed (exit {rc})")
+        return main(argv)
+    return subprocess.run([sys.executable, "-m", "fastrl.cli", *argv]).returncode
+
+
+def run_group(group: EvalGroup, launcher: str) -> None:
+    """Every evaluation of ``group`` in one ``fastrl eval`` (in this process with ``inprocess``)."""
+    rc = _run_fastrl(group.argv(), launcher)
+    if rc != 0 or not group.done():
+        raise RuntimeError(f"fastrl {' '.join(group.argv())} failed (exit {rc})")

@@ -11,6 +11,7 @@ transformers and the trainer are imported by the functions that need them.
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import os
 import re
@@ -199,6 +200,8 @@ def evaluate(
     limit: int = 0,
     max_prompt_length: int = 2048,
     prompt_length_policy: str = "filter",
+    templates: Mapping[str, str] | None = None,
+    rewards: Mapping[str, str] | None = None,
 ) -> dict[str, Any]:
     """Evaluate a run directory (its ``final`` policy), a model directory or a hub id.
 
@@ -209,8 +212,10 @@ def evaluate(
     benchmark (0: all). ``max_prompt_length`` / ``prompt_length_policy``: problems whose prompt is
     longer are dropped and counted (``filter``, as training does) or an error (``error``); none
     reaches the engine. ``max_model_len`` (vllm): None sizes it as training does, the longest prompt
-    kept plus the response budget (``max_prompt_length + max_new_tokens``). Returns
-    ``fastrl.evaluation.evaluate.evaluate``'s JSON-ready dict.
+    kept plus the response budget (``max_prompt_length + max_new_tokens``). ``templates`` /
+    ``rewards``: {benchmark name: template / reward} for benchmarks that do not use ``template`` /
+    ``reward``; every benchmark is evaluated with the model loaded once. Returns
+    ``fastrl.evaluation.evaluate.evaluate``'s JSON-ready dict (``split_by_benchmark`` splits it).
     """
     resolved = resolve_eval_model(model)
     from fastrl.config import check_engine_installed
@@ -234,10 +239,35 @@ def evaluate(
                                policy_key="--prompt-length-policy")
     named = dict(parse_benchmark(b) for b in benchmarks) if not isinstance(benchmarks, Mapping) else benchmarks
     named = {name: list(records[:limit]) if limit else list(records) for name, records in named.items()}
+    template_of = benchmark_choice(named, template, templates or {}, what="template")
+    reward_of = benchmark_choice(named, reward, rewards or {}, what="reward")
+    check_templates_and_rewards(template_of, reward_of)
     kit = load_policy_kit(spec, resolve_device(device, key="device") if isinstance(device, str) else device)
     try:
-        return evaluate_engine(kit.engine, kit.encode, named,
+        encoders = {name: dataclasses.replace(kit, spec=dataclasses.replace(spec, template=t)).encode
+                    for name, t in template_of.items()}
+        return evaluate_engine(kit.engine, encoders, named,
                                sampling=validation_sampling(sampling, max_new_tokens=max_new_tokens, seed=seed),
-                               k=k, reward_fn_name=reward, prompt_limit=prompt_limit)
+                               k=k, reward_fn_name=reward_of, prompt_limit=prompt_limit)
     finally:
         kit.close()
+
+
+def benchmark_choice(named: Mapping[str, Any], default: str, given: Mapping[str, str], *, what: str) -> dict[str, str]:
+    """{benchmark: ``given[benchmark]`` or ``default``}; a name in ``given`` that is no benchmark is an error."""
+    unknown = sorted(set(given) - set(named))
+    if unknown:
+        raise ValueError(f"eval: a {what} is given for {unknown}, which is not among the benchmarks {sorted(named)}")
+    return {name: given.get(name, default) for name in named}
+
+
+def check_templates_and_rewards(templates: Mapping[str, str], rewards: Mapping[str, str]) -> None:
+    """Unknown template or reward names fail before the model is loaded."""
+    from fastrl.data.templates import TEMPLATES
+    from fastrl.rewards import get_reward_fn
+
+    for name, t in templates.items():
+        if t not in TEMPLATES:
+            raise ValueError(f"eval: benchmark {name!r}: unknown prompt template {t!r}; valid: {sorted(TEMPLATES)}")
+    for r in rewards.values():
+        get_reward_fn(r)

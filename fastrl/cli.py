@@ -56,10 +56,41 @@ def check_model_arg(model: str) -> None:
     api.resolve_eval_model(model, name="--model")
 
 
+def name_value_pairs(pairs: Sequence[str], *, flag: str) -> dict[str, str]:
+    """``["NAME=VALUE", ...]`` -> {NAME: VALUE}; the benchmark name may itself hold ``:``."""
+    out: dict[str, str] = {}
+    for pair in pairs:
+        name, sep, value = pair.rpartition("=")
+        if not sep or not name or not value:
+            raise ValueError(f"eval {flag} {pair!r}: expected BENCHMARK=VALUE (e.g. {flag} mini-geo:total=fastrl_math)")
+        out[name] = value
+    return out
+
+
+def write_eval(results: dict[str, Any], out: Path, *, per_benchmark: bool) -> list[Path]:
+    """``<out>/eval.json`` (+ .md), or with ``per_benchmark`` one ``<out>/<benchmark>/eval.json`` each."""
+    from fastrl.evaluation.evaluate import split_by_benchmark
+    from fastrl.evaluation.metrics import benchmark_dirname, write_json, write_markdown
+
+    parts = ({out / benchmark_dirname(b): r for b, r in split_by_benchmark(results).items()} if per_benchmark
+             else {out: results})
+    for where, r in parts.items():
+        write_json(r, where / "eval.json")
+        write_markdown(r, where / "eval.md")
+    return [where / "eval.json" for where in parts]
+
+
 def cmd_eval(args: argparse.Namespace) -> int:
     check_model_arg(args.model)
-    from fastrl.evaluation.metrics import markdown_table, write_json, write_markdown
+    if args.threads < 0:
+        raise ValueError(f"eval --threads {args.threads}: give 0 (torch's default) or a positive number")
+    from fastrl.evaluation.metrics import markdown_table
     from fastrl.models.device import resolve_device
+
+    if args.threads:
+        import torch
+
+        torch.set_num_threads(args.threads)
 
     try:
         results = api.evaluate(
@@ -68,17 +99,17 @@ def cmd_eval(args: argparse.Namespace) -> int:
             max_new_tokens=args.max_new_tokens, batch_size=args.batch_size, max_model_len=args.max_model_len,
             gpu_memory_utilization=args.gpu_memory_utilization, min_pixels=args.min_pixels, max_pixels=args.max_pixels,
             seed=args.seed, limit=args.limit, max_prompt_length=args.max_prompt_length,
-                prompt_length_policy=args.prompt_length_policy,
+            prompt_length_policy=args.prompt_length_policy,
+            templates=name_value_pairs(args.benchmark_template, flag="--benchmark-template"),
+            rewards=name_value_pairs(args.benchmark_reward, flag="--benchmark-reward"),
         )
     except FileNotFoundError:
         raise
     except OSError as exc:  # an unreadable model or benchmark (permissions, a truncated download, missing weights)
         raise ValueError(f"eval --model {args.model!r}: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}") from exc
-    out = Path(args.out)
-    write_json(results, out / "eval.json")
-    write_markdown(results, out / "eval.md")
+    written = write_eval(results, Path(args.out), per_benchmark=args.out_per_benchmark)
     print(markdown_table(results))
-    print(f"wrote {out / 'eval.json'} and {out / 'eval.md'}")
+    print("wrote " + ", ".join(str(p) for p in written) + " (and eval.md beside each)")
     return 0
 
 
@@ -139,6 +170,10 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--k", type=int, default=1, help="samples per problem (avg@k, pass@k; Table 4 uses 16)")
     e.add_argument("--reward", default="math")
     e.add_argument("--template", default="fastrl_math")
+    e.add_argument("--benchmark-template", action="append", default=[], metavar="BENCHMARK=TEMPLATE",
+                   help="this benchmark's template instead of --template; repeatable")
+    e.add_argument("--benchmark-reward", action="append", default=[], metavar="BENCHMARK=REWARD",
+                   help="this benchmark's reward instead of --reward; repeatable")
     e.add_argument("--max-new-tokens", type=int, default=512)
     e.add_argument("--max-model-len", type=int, default=None,
                    help="vllm: prompt + response tokens (default: --max-prompt-length + --max-new-tokens)")
@@ -149,8 +184,13 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--batch-size", type=int, default=32)
     e.add_argument("--gpu-memory-utilization", type=float, default=0.8)
     e.add_argument("--seed", type=int, default=0)
+    e.add_argument("--threads", type=int, default=0,
+                   help="torch intra-op threads (0: torch's default); a run's own trainer.torch_threads suits it")
     e.add_argument("--limit", type=int, default=0, help="first N problems of each benchmark (0: all)")
     e.add_argument("--out", default="runs/eval")
+    e.add_argument("--out-per-benchmark", action="store_true",
+                   help="one <out>/<benchmark>/eval.json per benchmark (each as evaluating it alone writes) "
+                        "instead of one <out>/eval.json for all")
     e.set_defaults(func=cmd_eval)
     for sp in (t, s, f, d, e):  # `fastrl train CFG --debug` works as well as `fastrl --debug train CFG`
         sp.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help=debug_help)

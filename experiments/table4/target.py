@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import numpy as np
 
 from experiments import collect as C
-from experiments.evals import eval_jobs, run_job
+from experiments.evals import eval_groups, eval_jobs, run_group
 from experiments.grid import Context, collect_grid, specs_for
 from experiments.logs import eval_results, is_finished
 from experiments.spec import RunSpec, load_table
@@ -26,16 +27,19 @@ def specs(ctx: Context) -> list[RunSpec]:
 
 
 def post(ctx: Context, runs: list[RunSpec]) -> None:
-    """Evaluate every finished run k times per problem (in-domain and out-of-domain)."""
+    """Evaluate every finished run k times per problem (in-domain and out-of-domain): one
+    ``fastrl eval`` process per run for all its benchmarks (experiments.evals.eval_groups)."""
     k = k_value()
     launcher = "subprocess" if ctx.launcher == "deepspeed" else ctx.launcher
-    for s in runs:
-        if not is_finished(s.run_dir):
-            continue
-        for job in eval_jobs(s, k=k, subdir=SUBDIR, include_in_domain=True):
-            if not job.done():
-                print(f"-- eval@{k} {job.name} on {s.run_dir}", flush=True)
-                run_job(job, launcher)
+    finished = [s for s in runs if is_finished(s.run_dir)]
+    started, n = time.perf_counter(), 0
+    for s in finished:
+        for group in eval_groups(eval_jobs(s, k=k, subdir=SUBDIR, include_in_domain=True)):
+            print(f"-- eval@{k} {', '.join(j.name for j in group.jobs)} on {s.run_dir}", flush=True)
+            run_group(group, launcher)
+            n += 1
+    if n:
+        print(f"   evaluation took {time.perf_counter() - started:.1f} s ({n} processes)", flush=True)
 
 
 def eval_metrics(cell: C.Cell) -> dict[int, dict[str, float]]:

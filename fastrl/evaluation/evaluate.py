@@ -1,7 +1,13 @@
 """``evaluate()``: generate k responses per problem with a rollout engine, score, aggregate.
 
 The model side is the caller's: ``engine`` implements ``fastrl.rollout.base.RolloutEngine`` and
-``encode_prompt(record) -> PromptInput`` builds the prompt (template + tokenizer + images).
+``encode_prompt(record) -> PromptInput`` builds the prompt (template + tokenizer + images), one for
+all benchmarks or one per benchmark (benchmarks with their own templates, evaluated in one process).
+
+Each benchmark is one ``engine.generate`` call (all its problems x k samples, in the engine's
+batches): a benchmark's samples do not depend on which other benchmarks share the process, so
+evaluating several benchmarks at once and splitting the result (``split_by_benchmark``) gives
+the same ``eval.json`` per benchmark as evaluating each alone.
 Sampling: ``GREEDY`` (temperature 0, k = 1) or the paper's validation setting
 ``PAPER_VALIDATION`` (T = 0.6, top-p 0.95, n = 1; use k > 1 for avg@k / pass@k).
 
@@ -47,9 +53,19 @@ def _group_by_prompt(responses: Sequence[Response], n_prompts: int, k: int, benc
     return groups
 
 
+def per_benchmark(value: Any, benchmarks: Mapping[str, Any], *, what: str) -> dict[str, Any]:
+    """``value`` for every benchmark, or ``value[b]`` when it is a mapping (which must name each one)."""
+    if not isinstance(value, Mapping):
+        return {b: value for b in benchmarks}
+    missing = [b for b in benchmarks if b not in value]
+    if missing:
+        raise ValueError(f"evaluate: {what} has no entry for benchmark(s) {missing}; it names {sorted(value)}")
+    return {b: value[b] for b in benchmarks}
+
+
 def evaluate(
     engine: RolloutEngine,
-    encode_prompt: Callable[[Record], PromptInput],
+    encode_prompt: Callable[[Record], PromptInput] | Mapping[str, Callable[[Record], PromptInput]],
     benchmarks: Mapping[str, Sequence[Record]],
     *,
     sampling: SamplingConfig,
@@ -62,7 +78,7 @@ def evaluate(
 ) -> dict[str, Any]:
     """Evaluate ``engine`` on each benchmark; returns a JSON-ready dict.
 
-    ``reward_fn_name`` is one registry name for all benchmarks or a per-benchmark mapping.
+    ``reward_fn_name`` (and ``encode_prompt``) is one for all benchmarks or a per-benchmark mapping.
     ``prompt_limit``: problems whose prompt is over its ``max_prompt_length`` never reach the
     engine (vLLM would reject the whole batch): dropped and counted in ``n_over_prompt_limit``, or
     an error naming benchmark, row and uid (its ``policy``).
@@ -76,7 +92,8 @@ def evaluate(
         raise ValueError("k > 1 with greedy decoding gives k identical samples; use sampling (e.g. PAPER_VALIDATION)")
     if not benchmarks:
         raise ValueError("evaluate: no benchmarks given")
-    fn_names = {b: (reward_fn_name if isinstance(reward_fn_name, str) else reward_fn_name[b]) for b in benchmarks}
+    fn_names = per_benchmark(reward_fn_name, benchmarks, what="reward_fn_name")
+    encoders = per_benchmark(encode_prompt, benchmarks, what="encode_prompt")
     for name in fn_names.values():
         get_reward_fn(name)
 
@@ -85,7 +102,7 @@ def evaluate(
     for bench, records in benchmarks.items():
         if not records:
             raise ValueError(f"benchmark {bench!r} has no records")
-        prompts = [encode_prompt(r) for r in records]
+        prompts = [encoders[bench](r) for r in records]
         n_over = 0
         if prompt_limit is not None:
             keep = prompt_limit.keep(records, [len(p.prompt_ids) for p in prompts], [r.uid for r in records],
@@ -138,3 +155,18 @@ def evaluate(
         "average": average_over_benchmarks(per_bench, list(dict.fromkeys(metric_keys))),
         "per_problem": per_problem,
     }
+
+
+def split_by_benchmark(results: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+    """``evaluate``'s result for several benchmarks -> {benchmark: the result ``evaluate`` returns
+    for that benchmark alone} (what one ``eval.json`` per benchmark holds)."""
+    out: dict[str, dict[str, Any]] = {}
+    for bench, m in results["benchmarks"].items():
+        out[bench] = {
+            **{key: results[key] for key in ("k", "sampling", "correct_threshold")},
+            "reward_fn": {bench: results["reward_fn"][bench]},
+            "benchmarks": {bench: m},
+            "average": average_over_benchmarks({bench: m}, list(results["average"])),
+            "per_problem": {bench: results["per_problem"][bench]},
+        }
+    return out

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
@@ -87,6 +88,11 @@ def average_over_benchmarks(per_benchmark: Mapping[str, Mapping[str, float]], ke
     if not per_benchmark:
         raise ValueError("average_over_benchmarks: no benchmarks")
     return {k: sum(m[k] for m in per_benchmark.values()) / len(per_benchmark) for k in keys}
+
+
+def benchmark_dirname(name: str) -> str:
+    """A benchmark's name as a directory name (``mini-geo:total`` -> ``mini-geo_total``)."""
+    return re.sub(r"[^A-Za-z0-9_.-]+", "_", name)
 
 
 def write_json(results: Mapping[str, Any], path: str | Path) -> Path:

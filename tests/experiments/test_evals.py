@@ -1,0 +1,95 @@
+"""experiments.evals: a run's evaluations go to one ``fastrl eval`` process (issue 17, item 5)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+
+import experiments.evals as E
+from experiments.grid import Context
+from experiments.spec import OODBenchmark, RunSpec
+from experiments.table4 import target as table4
+from fastrl.cli import build_parser
+
+from tests.experiments.synthetic import write_run
+
+
+def _run(root: Path, name: str, *, scale: str = "mini", files: bool = False, ood=()) -> RunSpec:
+    run_dir = root / name
+    write_run(run_dir, step_times=[1.0, 1.0])
+    data = ({"task": "files", "val_files": ["data/geo3k_val.parquet"], "template": "fastrl_math", "reward": "math"}
+            if files else {"task": "mini-geo", "variant": "default", "ood_variants": ["total"],
+                           "template": "fastrl_math", "reward": "math"})
+    (run_dir / "config.yaml").write_text(yaml.safe_dump({"data": data, "rollout": {"max_new_tokens": 40},
+                                                       "trainer": {"torch_threads": 1}}))
+    return RunSpec(target="table4", group="table1", scale=scale, dataset="geometry3k", model="vl_7b", variant=name,
+                   seed=1, config="methods/grpo.yaml", overrides=(), run_dir=run_dir, ood=tuple(ood))
+
+
+def test_a_runs_benchmarks_form_one_group_whose_argv_fastrl_eval_accepts(tmp_path):
+    spec = _run(tmp_path, "grpo")
+    jobs = E.eval_jobs(spec, k=16, subdir="eval_k16", include_in_domain=True)
+    [group] = E.eval_groups(jobs)
+    assert [j.name for j in group.jobs] == ["mini-geo:default", "mini-geo:total"]
+    argv = group.argv()
+    args = build_parser().parse_args(argv)
+    assert args.benchmark == ["mini-geo:default", "mini-geo:total"] and args.out_per_benchmark
+    assert Path(args.out) == spec.run_dir / "eval_k16" and args.k == 16 and args.sampling == "paper"
+    assert args.batch_size == E.EVAL_BATCH_SIZE and args.threads == 1
+    assert args.benchmark_template == [] and args.benchmark_reward == []
+    # a finished benchmark is not evaluated again; nothing pending: no group
+    (jobs[0].out_dir).mkdir(parents=True)
+    (jobs[0].out_dir / "eval.json").write_text("{}")
+    [rest] = E.eval_groups(jobs)
+    assert [j.name for j in rest.jobs] == ["mini-geo:total"]
+    (jobs[1].out_dir).mkdir(parents=True)
+    (jobs[1].out_dir / "eval.json").write_text("{}")
+    assert E.eval_groups(jobs) == []
+
+
+def test_benchmarks_with_their_own_template_and_reward_share_the_process(tmp_path):
+    ood = (OODBenchmark("MathVista", "data/mathvista.parquet", "fastrl_mc", "mc"),
+           OODBenchmark("AIME", "data/aime.parquet", "fastrl_math", "math"))
+    spec = _run(tmp_path, "grpo", scale="paper", files=True, ood=ood)
+    [group] = E.eval_groups(E.eval_jobs(spec, k=1, subdir="eval", include_in_domain=True))
+    args = build_parser().parse_args(group.argv())
+    assert args.benchmark == ["geo3k_val=data/geo3k_val.parquet", "MathVista=data/mathvista.parquet",
+                              "AIME=data/aime.parquet"]
+    assert args.template == "fastrl_math" and args.reward == "math" and args.engine == "vllm"
+    assert args.benchmark_template == ["MathVista=fastrl_mc"] and args.benchmark_reward == ["MathVista=mc"]
+
+
+def test_table4_post_runs_one_process_per_run(tmp_path, monkeypatch):
+    runs = [_run(tmp_path, v) for v in ("grpo", "fastrl", "dapo")]
+    unfinished = _run(tmp_path, "cppo")
+    (unfinished.run_dir / "metrics.jsonl").write_text('{"step": 0}\n')
+    calls: list[list[str]] = []
+
+    def fake_run(cmd, *a, **kw):
+        calls.append(cmd)
+        args = build_parser().parse_args(cmd[3:])  # [python, -m, fastrl.cli, eval, ...]
+        for b in args.benchmark:
+            out = Path(args.out) / E.safe_name(b)
+            out.mkdir(parents=True)
+            (out / "eval.json").write_text(json.dumps({"benchmarks": {b: {"avg@16": 0.5, "pass@16": 0.9}}}))
+        return subprocess.CompletedProcess(cmd, 0)
+
+    monkeypatch.setattr(E.subprocess, "run", fake_run)
+    ctx = Context(scale="mini", seeds=[1], runs_root=tmp_path, out_dir=tmp_path / "out", launcher="subprocess")
+    table4.post(ctx, [*runs, unfinished])
+    assert len(calls) == len(runs)
+    assert [Path(c[c.index("--model") + 1]) for c in calls] == [r.run_dir for r in runs]
+    table4.post(ctx, runs)  # everything evaluated: nothing runs again
+    assert len(calls) == len(runs)
+
+
+def test_an_out_dir_that_one_process_would_not_write_is_refused(tmp_path):
+    spec = _run(tmp_path, "grpo")
+    job = E.eval_jobs(spec, k=16, subdir="eval_k16", include_in_domain=True)[0]
+    moved = E.EvalJob(**{**job.__dict__, "out_dir": job.out_dir.parent / "elsewhere"})
+    with pytest.raises(ValueError, match="is written to"):
+        E.eval_groups([moved])
