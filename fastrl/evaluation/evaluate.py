@@ -103,47 +103,11 @@ def evaluate(
         if not records:
             raise ValueError(f"benchmark {bench!r} has no records")
         prompts = [encoders[bench](r) for r in records]
-        n_over = 0
-        if prompt_limit is not None:
-            keep = prompt_limit.keep(records, [len(p.prompt_ids) for p in prompts], [r.uid for r in records],
-                                     where=f"benchmark {bench!r}")
-            n_over = len(records) - len(keep)
-            records, prompts = [records[i] for i in keep], [prompts[i] for i in keep]
-            if not records:
-                raise ValueError(f"benchmark {bench!r}: every prompt is over {prompt_limit.length_key}="
-                                 f"{prompt_limit.max_prompt_length} tokens")
-        t0 = time.perf_counter()
-        responses = engine.generate(prompts, k, sampling)
-        gen_s = time.perf_counter() - t0
-        groups = _group_by_prompt(responses, len(records), k, bench)
-        flat = [(rec, resp) for rec, g in zip(records, groups) for resp in g]
-        scores, stats = score_batch(
-            fn_names[bench],
-            [resp.text for _, resp in flat],
-            [rec.answer for rec, _ in flat],
-            [{"choices": rec.choices, "meta": rec.meta, "source": rec.source, "uid": rec.uid} for rec, _ in flat],
-            timeout_s=reward_timeout_s,
-        )
-        correct = [[scores[i * k + j]["accuracy"] >= correct_threshold for j in range(k)] for i in range(len(records))]
-        m = benchmark_metrics(correct, k)
-        m["mean_reward"] = sum(s["overall"] for s in scores) / len(scores)
-        m["format_rate"] = sum(s["format"] for s in scores) / len(scores)
-        m[K.REWARD_FAILURES] = stats[K.REWARD_FAILURES]
-        m[K.REWARD_TIMEOUTS] = stats[K.REWARD_TIMEOUTS]
-        m["gen_s"] = gen_s
-        m["n_over_prompt_limit"] = float(n_over)
-        per_bench[bench] = m
-        rows = []
-        for i, rec in enumerate(records):
-            row: dict[str, Any] = {
-                "uid": rec.uid,
-                "n_correct": int(sum(correct[i])),
-                "scores": [scores[i * k + j] for j in range(k)],
-            }
-            if keep_responses:
-                row["responses"] = [groups[i][j].text for j in range(k)]
-            rows.append(row)
-        per_problem[bench] = rows
+        records, prompts, n_over = _within_prompt_limit(bench, records, prompts, prompt_limit)
+        per_bench[bench], per_problem[bench] = _evaluate_benchmark(
+            engine, bench, records, prompts, sampling=sampling, k=k, reward_fn_name=fn_names[bench],
+            correct_threshold=correct_threshold, reward_timeout_s=reward_timeout_s, keep_responses=keep_responses)
+        per_bench[bench]["n_over_prompt_limit"] = float(n_over)
 
     metric_keys = ["accuracy", f"avg@{k}", f"pass@{k}", "pass@1", "mean_reward", "format_rate"]
     return {
@@ -155,6 +119,55 @@ def evaluate(
         "average": average_over_benchmarks(per_bench, list(dict.fromkeys(metric_keys))),
         "per_problem": per_problem,
     }
+
+
+def _within_prompt_limit(
+    bench: str, records: Sequence[Record], prompts: list[PromptInput], prompt_limit: PromptLimit | None,
+) -> tuple[list[Record], list[PromptInput], int]:
+    """The records and prompts within ``prompt_limit`` (all without one) and how many were dropped."""
+    if prompt_limit is None:
+        return list(records), prompts, 0
+    keep = prompt_limit.keep(records, [len(p.prompt_ids) for p in prompts], [r.uid for r in records],
+                             where=f"benchmark {bench!r}")
+    if not keep:
+        raise ValueError(f"benchmark {bench!r}: every prompt is over {prompt_limit.length_key}="
+                         f"{prompt_limit.max_prompt_length} tokens")
+    return [records[i] for i in keep], [prompts[i] for i in keep], len(records) - len(keep)
+
+
+def _evaluate_benchmark(
+    engine: RolloutEngine, bench: str, records: Sequence[Record], prompts: Sequence[PromptInput], *,
+    sampling: SamplingConfig, k: int, reward_fn_name: str, correct_threshold: float, reward_timeout_s: float,
+    keep_responses: bool,
+) -> tuple[dict[str, float], list[dict[str, Any]]]:
+    """One benchmark: k samples per prompt, scored; its metrics and its per-problem rows."""
+    t0 = time.perf_counter()
+    responses = engine.generate(prompts, k, sampling)
+    gen_s = time.perf_counter() - t0
+    groups = _group_by_prompt(responses, len(records), k, bench)
+    flat = [(rec, resp) for rec, g in zip(records, groups) for resp in g]
+    scores, stats = score_batch(
+        reward_fn_name,
+        [resp.text for _, resp in flat],
+        [rec.answer for rec, _ in flat],
+        [{"choices": rec.choices, "meta": rec.meta, "source": rec.source, "uid": rec.uid} for rec, _ in flat],
+        timeout_s=reward_timeout_s,
+    )
+    correct = [[scores[i * k + j]["accuracy"] >= correct_threshold for j in range(k)] for i in range(len(records))]
+    m = benchmark_metrics(correct, k)
+    m["mean_reward"] = sum(s["overall"] for s in scores) / len(scores)
+    m["format_rate"] = sum(s["format"] for s in scores) / len(scores)
+    m[K.REWARD_FAILURES] = stats[K.REWARD_FAILURES]
+    m[K.REWARD_TIMEOUTS] = stats[K.REWARD_TIMEOUTS]
+    m["gen_s"] = gen_s
+    rows = []
+    for i, rec in enumerate(records):
+        row: dict[str, Any] = {"uid": rec.uid, "n_correct": int(sum(correct[i])),
+                               "scores": [scores[i * k + j] for j in range(k)]}
+        if keep_responses:
+            row["responses"] = [groups[i][j].text for j in range(k)]
+        rows.append(row)
+    return m, rows
 
 
 def split_by_benchmark(results: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
