@@ -82,7 +82,7 @@ def test_unknown_override_suggests_the_nearest_key_and_lists_only_its_section():
         ("trainr.seed", "did you mean 'trainer.seed'?",
          "Top-level keys: method, scale, imports; sections: model, data, rollout, algorithm, trainer"),
         ("trainer.total_step", "did you mean 'trainer.total_steps'?", "Keys of trainer: run_dir, seed,"),
-        ("algorithm.tau", "did you mean 'algorithm.mdap.tau'?", "sections: mdap, cppo, random, ars, greso, dapo"),
+        ("algorithm.tau", "did you mean 'algorithm.mdap.tau'?", "sections: mdap, cppo, random, ars, ars_retention, greso, dapo"),
         ("algorithm.mdap.xyz", "unknown key 'algorithm.mdap.xyz'. Keys", "Keys of algorithm.mdap: tau, rule"),
         ("algorithm.mdap", "'algorithm.mdap' is a section, not a key.", "Keys of algorithm.mdap: tau, rule"),
     ],
@@ -165,7 +165,7 @@ def test_the_schema_holds_every_registered_section_in_the_order_config_yaml_had(
 
     cfg = load_config("methods/fastrl.yaml", scale="smoke")
     assert list(to_dict(cfg))[-1] == "trainer"  # no `imports` key while it is empty
-    assert list(to_dict(cfg)["algorithm"])[-6:] == ["mdap", "cppo", "random", "ars", "greso", "dapo"]
+    assert list(to_dict(cfg)["algorithm"])[-7:] == ["mdap", "cppo", "random", "ars", "ars_retention", "greso", "dapo"]
     assert isinstance(cfg.algorithm.mdap, MDAPConfig) and isinstance(cfg.algorithm.ars, ARSConfig)
 
     registry.register(registry.PRUNERS, "keep_top_cfg", section="keep_top_cfg", config=KeepTopConfig)(object)
@@ -235,4 +235,4 @@ def test_saved_config_round_trips(tmp_path: Path):
 
 def test_valid_keys_cover_nested_sections():
     keys = valid_keys()
-    assert "algorithm.ars.n_min" in keys and "trainer.update_mode" in keys and "algorithm.mdap" not in keys
+    assert "algorithm.ars_retention.n_min" in keys and "algorithm.ars.n_min" not in keys and "trainer.update_mode" in keys and "algorithm.mdap" not in keys

@@ -282,13 +282,13 @@ PRUNERS = Registry("pruner", {
     "random": Entry("fastrl.algorithms.pruning:RandomPruner", "random", S.RandomPruneConfig),
     "advantage_only": Entry("fastrl.algorithms.pruning:AdvantageOnlyPruner"),
 })
-# All three read algorithm.ars (fastrl.algorithms.sections.ARSConfig): the fixed n logs the
-# statistics ARS would use, once per ARS period.
+# The fixed n reads algorithm.ars for its period only: it logs the statistics ARS would use, once
+# per ARS period.
 ROLLOUT_SCALERS = Registry("rollout_scaler", {
     "fixed": Entry("fastrl.algorithms.rollout_scale:FixedRolloutScaler.from_config", "ars", S.ARSConfig),
     "ars": Entry("fastrl.algorithms.rollout_scale:ReleaseRolloutScaler.from_config", "ars", S.ARSConfig),
-    "ars_retention": Entry("fastrl.algorithms.rollout_scale:RetentionRolloutScaler.from_config", "ars",
-                           S.ARSConfig),
+    "ars_retention": Entry("fastrl.algorithms.rollout_scale:RetentionRolloutScaler.from_config", "ars_retention",
+                           S.RetentionARSConfig),
 })
 # One function per loss (verl's core_algos style); fastrl.algorithms.losses reads its
 # POLICY_LOSS_KINDS from these names.

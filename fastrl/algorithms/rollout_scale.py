@@ -1,9 +1,9 @@
 """Rollouts-per-prompt policies: ARS (Adaptive Rollout Sampling) and the fixed-n baseline.
 
 One class per rule, each registered under its own name (fastrl.algorithms.registry.ROLLOUT_SCALERS)
-and built from ``algorithm.ars`` (fastrl.algorithms.sections.ARSConfig) by its ``from_config``:
-:class:`ReleaseRolloutScaler` (``ars``), :class:`RetentionRolloutScaler` (``ars_retention``) and
-:class:`FixedRolloutScaler` (``fixed``). They share only the period bookkeeping (:class:`Period`,
+and built from its section by its ``from_config``: :class:`ReleaseRolloutScaler` (``ars``, from
+``algorithm.ars``), :class:`RetentionRolloutScaler` (``ars_retention``, from
+``algorithm.ars_retention``) and :class:`FixedRolloutScaler` (``fixed``, ``algorithm.ars``'s period). They share only the period bookkeeping (:class:`Period`,
 :class:`_PeriodicScaler`).
 
 **release** (``ars``; the authors' released code, docs/algorithms.md). After each pruned step the
@@ -42,7 +42,7 @@ from typing import Any, Callable, Hashable, Mapping, Sequence
 
 from fastrl import metric_keys as K
 from fastrl.algorithms._common import check_positive_int
-from fastrl.algorithms.sections import ARSConfig
+from fastrl.algorithms.sections import ARSConfig, RetentionARSConfig
 
 KeptCounts = Mapping[Hashable, int] | Sequence[int]
 
@@ -203,7 +203,6 @@ class ReleaseRolloutScaler(_PeriodicScaler):
     @classmethod
     def from_config(cls, config: ARSConfig, *, n_init: int) -> "ReleaseRolloutScaler":
         """``rollout_scaler: ars`` from ``algorithm.ars`` (period_steps, n_floor) and ``rollout.n``."""
-        config.check_rule("ars")
         return cls(n_init, n_floor=config.n_floor, period_steps=config.period_steps)
 
     @property
@@ -298,10 +297,8 @@ class RetentionRolloutScaler(_PeriodicScaler):
         self._prompt_n: dict[Hashable, int] = {}
 
     @classmethod
-    def from_config(cls, config: ARSConfig, *, n_init: int) -> "RetentionRolloutScaler":
-        """``rollout_scaler: ars_retention`` from ``algorithm.ars`` (period_steps and the retention
-        options) and ``rollout.n``."""
-        config.check_rule("ars_retention")
+    def from_config(cls, config: RetentionARSConfig, *, n_init: int) -> "RetentionRolloutScaler":
+        """``rollout_scaler: ars_retention`` from ``algorithm.ars_retention`` and ``rollout.n``."""
         return cls(n_init, n_min=config.n_min, n_max=config.n_max, beta=config.beta, headroom=config.headroom,
                    rho_high=config.rho_high, grow_step=config.grow_step, per_prompt=config.per_prompt,
                    period_steps=config.period_steps)

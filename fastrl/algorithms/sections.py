@@ -19,8 +19,6 @@ from typing import Literal
 
 MDAPRule = Literal["release", "greedy"]
 MDAP_RULES: tuple[MDAPRule, ...] = ("release", "greedy")
-# The rule each ARS scaler implements (algorithm.ars.rule records it in a run's config.yaml).
-ARS_RULES: dict[str, str] = {"ars": "release", "ars_retention": "retention"}
 
 
 def check_fraction(name: str, value: float) -> None:
@@ -74,21 +72,22 @@ class RandomPruneConfig:
 
 @dataclass
 class ARSConfig:
-    """``algorithm.ars``: the one section of the three rollout scalers (``fixed``, ``ars``,
-    ``ars_retention``), so that a run's config.yaml keeps the keys it had when ``ars`` chose its
-    rule from ``rule``. Each scaler reads only its own fields (``from_config``):
+    """``algorithm.ars``: the released ARS rule (``rollout_scaler: ars``) and the ARS period.
 
-    - all three: ``period_steps`` (fixed n reports the statistics ARS would use once per period);
-    - ``ars`` (the released rule): ``n_floor``;
-    - ``ars_retention`` (this repository's earlier reading): ``n_min``, ``n_max``, ``beta``,
-      ``headroom``, ``rho_high``, ``grow_step``, ``per_prompt``.
-
-    ``rule`` names the rule of the scaler chosen (release: ``ars``, retention: ``ars_retention``);
-    the scaler checks that it agrees. The scalers check their values themselves, when built.
+    ``period_steps`` is also the period at which ``rollout_scaler: fixed`` reports the kept-count
+    statistics ARS would use, so a table's budget sets one period for all its methods. The scalers
+    check their values themselves, when built.
     """
 
-    rule: str = "release"
-    n_floor: int = 2  # release: n never goes below this
+    n_floor: int = 2  # n never goes below this
+    period_steps: int = 0  # 0: one period per epoch over the training prompts
+
+
+@dataclass
+class RetentionARSConfig:
+    """``algorithm.ars_retention``: this repository's earlier ARS reading (``rollout_scaler:
+    ars_retention``; fastrl.algorithms.rollout_scale.RetentionRolloutScaler checks the values)."""
+
     n_min: int = 4
     n_max: int | None = None  # None: the initial n
     beta: float = 0.5
@@ -97,17 +96,6 @@ class ARSConfig:
     grow_step: int = 2
     period_steps: int = 0  # 0: one period per epoch over the training prompts
     per_prompt: bool = False
-
-    def check(self) -> None:
-        check_choice("rule", self.rule, tuple(ARS_RULES.values()))
-
-    def check_rule(self, scaler: str) -> None:
-        """The ``rule`` recorded for the chosen scaler ``scaler`` (``ars`` or ``ars_retention``)."""
-        want = ARS_RULES[scaler]
-        if self.rule != want:
-            other = next(name for name, rule in ARS_RULES.items() if rule == self.rule)
-            raise ValueError(f"rule = {self.rule!r} is the rule of rollout_scaler {other}, but rollout_scaler is "
-                             f"{scaler}; set algorithm.rollout_scaler={other}, or algorithm.ars.rule={want}")
 
 
 @dataclass

@@ -79,6 +79,10 @@ RENAMED_KEYS: dict[str, str] = {
 # Keys that schema lacked, with the values its code fixed (the actor's hard-coded AdamW settings).
 ADDED_KEYS: dict[str, Any] = {"trainer.optim.betas": [0.9, 0.999], "trainer.optim.eps": 1e-8,
                               "trainer.optim.offload": False}
+# The retention rule's options moved from algorithm.ars to their own section (one section per ARS
+# rule); algorithm.ars.rule is gone (the scaler's name is its rule). Its period was shared.
+ARS_RETENTION_KEYS = ("n_min", "n_max", "beta", "headroom", "rho_high", "grow_step", "per_prompt")
+ARS_RULE_KEY = "algorithm.ars.rule"
 
 
 # Test hook: FASTRL_TEST_KILL_AT=<point>[:<k>] SIGKILLs this process the k-th time (default: first)
@@ -120,15 +124,28 @@ def _as_saved(cfg: FastRLConfig) -> dict[str, Any]:
 
 
 def upgrade_saved(flat: Mapping[str, Any]) -> dict[str, Any]:
-    """A flattened config.yaml of the schema before ``RENAMED_KEYS`` under the current names, with
-    the values the code then fixed (``ADDED_KEYS``, and ``model.source`` as ``model.path`` chose
-    it); a config of the current schema is returned as it is."""
-    if not any(k in flat for k in RENAMED_KEYS):
-        return dict(flat)
-    out = {RENAMED_KEYS.get(k, k): v for k, v in flat.items()}
+    """A flattened config.yaml of the schema before ``RENAMED_KEYS`` (and before the per-rule ARS
+    sections) under the current names, with the values the code then fixed (``ADDED_KEYS``, and
+    ``model.source`` as ``model.path`` chose it); a config of the current schema is returned as it is."""
+    out = _upgrade_ars_sections(flat)
+    if not any(k in out for k in RENAMED_KEYS):
+        return out
+    renamed = {RENAMED_KEYS.get(k, k): v for k, v in out.items()}
     for key, value in ADDED_KEYS.items():
-        out.setdefault(key, value)
-    out.setdefault("model.source", "path" if flat.get("model.path") else "tiny")
+        renamed.setdefault(key, value)
+    renamed.setdefault("model.source", "path" if out.get("model.path") else "tiny")
+    return renamed
+
+
+def _upgrade_ars_sections(flat: Mapping[str, Any]) -> dict[str, Any]:
+    """A config.yaml with one ``algorithm.ars`` section for every ARS rule (it has ``rule``) under
+    the per-rule sections: the retention options in ``algorithm.ars_retention``, the period in both."""
+    if ARS_RULE_KEY not in flat:
+        return dict(flat)
+    moved = {f"algorithm.ars.{k}": f"algorithm.ars_retention.{k}" for k in ARS_RETENTION_KEYS}
+    out = {moved.get(k, k): v for k, v in flat.items() if k != ARS_RULE_KEY}
+    if "algorithm.ars.period_steps" in flat:
+        out["algorithm.ars_retention.period_steps"] = flat["algorithm.ars.period_steps"]
     return out
 
 

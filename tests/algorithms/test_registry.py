@@ -112,7 +112,7 @@ def test_each_component_is_built_from_its_own_config_section():
     assert R.bind(R.GROUP_FILTERS, "none", a)(16).target_groups == 16
     ars = R.build(R.ROLLOUT_SCALERS, "ars", a, n_init=8)
     assert isinstance(ars, ReleaseRolloutScaler) and (ars.n, ars.n_floor, ars.period.steps) == (8, 4, 3)
-    a.ars.rule, a.ars.n_min, a.ars.beta = "retention", 2, 0.25
+    a.ars_retention.n_min, a.ars_retention.beta = 2, 0.25
     ars = R.build(R.ROLLOUT_SCALERS, "ars_retention", a, n_init=6)
     assert isinstance(ars, RetentionRolloutScaler) and (ars.n_min, ars.n_max, ars.beta) == (2, 6, 0.25)
     fixed = R.build(R.ROLLOUT_SCALERS, "fixed", a, n_init=6)

@@ -13,7 +13,7 @@ from types import SimpleNamespace
 
 from fastrl.algorithms import registry as R
 from fastrl.algorithms.rollout_scale import FixedRolloutScaler, ReleaseRolloutScaler, RetentionRolloutScaler
-from fastrl.algorithms.sections import ARSConfig
+from fastrl.algorithms.sections import ARSConfig, RetentionARSConfig
 
 
 def test_paper_example():
@@ -194,20 +194,17 @@ def ref_release(stats, progresses, n0, floor=2):
     return out
 
 
-def test_one_class_per_rule_each_registered_and_built_from_algorithm_ars():
-    sections = SimpleNamespace(ars=ARSConfig(n_floor=3, period_steps=2, n_min=2, beta=0.25))
+def test_one_class_per_rule_each_registered_and_built_from_its_own_section():
+    sections = SimpleNamespace(ars=ARSConfig(n_floor=3, period_steps=2),
+                               ars_retention=RetentionARSConfig(n_min=2, beta=0.25, period_steps=5))
     fixed = R.build(R.ROLLOUT_SCALERS, "fixed", sections, n_init=8)
     release = R.build(R.ROLLOUT_SCALERS, "ars", sections, n_init=8)
     assert type(fixed) is FixedRolloutScaler and (fixed.n, fixed.period.steps) == (8, 2)
     assert type(release) is ReleaseRolloutScaler and (release.n_floor, release.period.steps) == (3, 2)
-    with pytest.raises(ValueError, match=r"rule = 'release' is the rule of rollout_scaler ars, but rollout_scaler "
-                                         r"is ars_retention; set algorithm.rollout_scaler=ars, or algorithm.ars.rule=retention"):
-        R.build(R.ROLLOUT_SCALERS, "ars_retention", sections, n_init=8)
-    sections.ars.rule = "retention"
     retention = R.build(R.ROLLOUT_SCALERS, "ars_retention", sections, n_init=8)
-    assert type(retention) is RetentionRolloutScaler and (retention.n_min, retention.beta, retention.n_max) == (2, 0.25, 8)
-    with pytest.raises(ValueError, match="rule = 'retention' is the rule of rollout_scaler ars_retention"):
-        R.build(R.ROLLOUT_SCALERS, "ars", sections, n_init=8)
+    assert type(retention) is RetentionRolloutScaler
+    assert (retention.n_min, retention.beta, retention.n_max, retention.period.steps) == (2, 0.25, 8, 5)
+    assert not hasattr(ARSConfig(), "n_min") and not hasattr(ARSConfig(), "rule")  # each rule's options apart
     assert not any(issubclass(a, b) for a in (FixedRolloutScaler, ReleaseRolloutScaler, RetentionRolloutScaler)
                    for b in (FixedRolloutScaler, ReleaseRolloutScaler, RetentionRolloutScaler) if a is not b)
     with pytest.raises(TypeError):

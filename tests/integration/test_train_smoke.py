@@ -50,7 +50,7 @@ def test_reference_model_only_when_kl_is_on(tmp_path):
 
 def test_ars_changes_n_from_pruning_history(tmp_path):
     _, rows = _run(tmp_path, "fastrl", "trainer.total_steps=3", "algorithm.mdap.tau=1.0",
-                   "algorithm.rollout_scaler=ars_retention", "algorithm.ars.rule=retention")
+                   "algorithm.rollout_scaler=ars_retention")
     ns = [r["rollout/n"] for r in rows if "rollout/n" in r]
     assert ns[0] == 4 and any("ars/n_next" in r for r in rows)
 

@@ -198,3 +198,14 @@ def test_the_readme_lists_the_resumable_keys() -> None:
     readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
     section = readme.split("### Failure behaviour: the run directory", 1)[1].split("\n## ", 1)[0]
     assert all(f"`{key}`" in section for key in R.RESUMABLE_KEYS)
+
+
+def test_a_config_with_one_ars_section_reads_under_the_per_rule_sections():
+    """A config.yaml written after the trainer.optim rename but before the per-rule ARS sections."""
+    from fastrl.training.run_dir import upgrade_saved
+
+    saved = {"trainer.optim.lr": 1e-4, "algorithm.ars.rule": "retention", "algorithm.ars.n_floor": 2,
+             "algorithm.ars.period_steps": 5, "algorithm.ars.n_min": 2, "algorithm.ars.per_prompt": False}
+    assert upgrade_saved(saved) == {"trainer.optim.lr": 1e-4, "algorithm.ars.n_floor": 2,
+                                    "algorithm.ars.period_steps": 5, "algorithm.ars_retention.period_steps": 5,
+                                    "algorithm.ars_retention.n_min": 2, "algorithm.ars_retention.per_prompt": False}
