@@ -60,7 +60,7 @@ def prune_view(batch: RolloutBatch) -> PruneBatch:
     as its question id (the release's question order), every other field the batch holds as a
     column (a column not computed yet, e.g. old log-probs before those passes, is absent)."""
     return PruneBatch(
-        advantages=batch.advantages, uids=batch.uids, question_ids=[r.row_id for r in batch.records],
+        advantages=batch.advantages, uids=batch.uids, question_ids=batch.question_ids,
         response_ids=batch.response_ids, rewards=batch.rewards,
         columns={f.name: getattr(batch, f.name) for f in fields(batch)
                  if f.name not in _NAMED and getattr(batch, f.name) is not None},
