@@ -10,12 +10,14 @@ A run's pending evaluations go to ONE ``fastrl eval`` process (``eval_groups`` /
 the model is loaded once, every benchmark is one batched ``generate`` call of all its problems x
 k samples (``EVAL_BATCH_SIZE`` sequences at a time with the hf engine), and
 ``--out-per-benchmark`` writes each benchmark's ``eval.json`` where a process of its own would.
+``run_groups`` runs those processes ``jobs`` at a time (mini: one per core, each with its own log).
 """
 
 from __future__ import annotations
 
 import subprocess
 import sys
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
@@ -94,14 +96,6 @@ def eval_jobs(spec: RunSpec, *, k: int, subdir: str, include_in_domain: bool) ->
     return jobs
 
 
-def run_job(job: EvalJob, launcher: str) -> None:
-    """One evaluation in this process (``inprocess``) or as ``python -m fastrl.cli eval`` (otherwise);
-    several of one run: ``eval_groups`` + ``run_group`` (one process)."""
-    rc = _run_fastrl(job.argv(), launcher)
-    if rc != 0 or not job.done():
-        raise RuntimeError(f"fastrl {' '.join(job.argv())} failed (exit {rc})")
-
-
 @dataclass(frozen=True)
 class EvalGroup:
     """Evaluations of one run that share one ``fastrl eval`` process (model loaded once)."""
@@ -152,16 +146,63 @@ def eval_groups(jobs: Sequence[EvalJob]) -> list[EvalGroup]:
     return [EvalGroup(tuple(g)) for g in groups.values()]
 
 
-def _run_fastrl(argv: list[str], launcher: str) -> int:
+def _run_fastrl(argv: list[str], launcher: str, log: Path | None = None) -> int:
+    """``fastrl <argv>`` in this process (``inprocess``) or a child; a child's output goes to ``log``
+    (appended) when given, else to this process's."""
     if launcher == "inprocess":
         from fastrl.cli import main
 
         return main(argv)
-    return subprocess.run([sys.executable, "-m", "fastrl.cli", *argv]).returncode
+    cmd = [sys.executable, "-m", "fastrl.cli", *argv]
+    if log is None:
+        return subprocess.run(cmd).returncode
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with open(log, "a") as fh:
+        return subprocess.run(cmd, stdout=fh, stderr=subprocess.STDOUT).returncode
 
 
-def run_group(group: EvalGroup, launcher: str) -> None:
-    """Every evaluation of ``group`` in one ``fastrl eval`` (in this process with ``inprocess``)."""
-    rc = _run_fastrl(group.argv(), launcher)
+def run_group(group: EvalGroup, launcher: str, log: Path | None = None) -> None:
+    """Every evaluation of ``group`` in one ``fastrl eval`` (in this process with ``inprocess``);
+    with ``log``, the child's output is appended there and its last lines are in the error."""
+    rc = _run_fastrl(group.argv(), launcher, log)
     if rc != 0 or not group.done():
-        raise RuntimeError(f"fastrl {' '.join(group.argv())} failed (exit {rc})")
+        tail = "" if log is None or not log.is_file() else \
+            f"; last lines of {log}:\n" + "".join(log.read_text().splitlines(keepends=True)[-20:])
+        raise RuntimeError(f"fastrl {' '.join(group.argv())} failed (exit {rc}){tail}")
+
+
+def group_log(group: EvalGroup) -> Path:
+    """Where a group's ``fastrl eval`` output goes when groups run side by side (``run_groups``)."""
+    return group.jobs[0].out_dir.parent / "eval.log"
+
+
+def run_groups(groups: Sequence[EvalGroup], launcher: str, jobs: int = 1) -> list[str]:
+    """Run ``groups``, ``jobs`` processes at a time (``subprocess`` only: ``inprocess`` runs one at a
+    time); returns the failures, one message each. With ``jobs > 1`` each process writes its output
+    to ``group_log(group)`` and one line is printed as it starts and ends. The mini scale pins every
+    evaluation to 1 thread (the run's ``trainer.torch_threads``), so a 2-core box runs two at once."""
+    parallel = jobs > 1 and launcher == "subprocess" and len(groups) > 1
+    labels = {id(g): f"[{i}/{len(groups)}]" for i, g in enumerate(groups, start=1)}
+
+    def one(group: EvalGroup) -> str | None:
+        names = ", ".join(j.name for j in group.jobs)
+        log = group_log(group) if parallel else None
+        print(f"-- {labels[id(group)]} eval@{group.jobs[0].k} {names} on {group.run_dir}"
+              + (f" (log: {log})" if log else ""), flush=True)
+        started = time.perf_counter()
+        try:
+            run_group(group, launcher, log)
+        except RuntimeError as exc:
+            return str(exc)
+        if parallel:
+            print(f"   {labels[id(group)]} done in {time.perf_counter() - started:.0f} s: {group.run_dir}", flush=True)
+        return None
+
+    if not parallel:
+        results = [one(g) for g in groups]
+    else:
+        from concurrent.futures import ThreadPoolExecutor
+
+        with ThreadPoolExecutor(max_workers=jobs) as pool:
+            results = list(pool.map(one, groups))
+    return [r for r in results if r is not None]

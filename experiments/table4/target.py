@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 
 from experiments import collect as C
-from experiments.evals import eval_groups, eval_jobs, run_group
+from experiments.evals import eval_groups, eval_jobs, run_groups
 from experiments.grid import Context, collect_grid, specs_for
 from experiments.logs import eval_results, is_finished
 from experiments.spec import RunSpec, load_table
@@ -28,18 +28,21 @@ def specs(ctx: Context) -> list[RunSpec]:
 
 def post(ctx: Context, runs: list[RunSpec]) -> None:
     """Evaluate every finished run k times per problem (in-domain and out-of-domain): one
-    ``fastrl eval`` process per run for all its benchmarks (experiments.evals.eval_groups)."""
+    ``fastrl eval`` process per run for all its benchmarks (experiments.evals.eval_groups),
+    ``ctx.jobs`` processes at a time."""
     k = k_value()
     launcher = "subprocess" if ctx.launcher == "deepspeed" else ctx.launcher
-    finished = [s for s in runs if is_finished(s.run_dir)]
-    started, n = time.perf_counter(), 0
-    for s in finished:
-        for group in eval_groups(eval_jobs(s, k=k, subdir=SUBDIR, include_in_domain=True)):
-            print(f"-- eval@{k} {', '.join(j.name for j in group.jobs)} on {s.run_dir}", flush=True)
-            run_group(group, launcher)
-            n += 1
-    if n:
-        print(f"   evaluation took {time.perf_counter() - started:.1f} s ({n} processes)", flush=True)
+    jobs = 1 if ctx.launcher == "deepspeed" else ctx.jobs  # a GPU run's evaluation takes every GPU
+    groups = [g for s in runs if is_finished(s.run_dir)
+              for g in eval_groups(eval_jobs(s, k=k, subdir=SUBDIR, include_in_domain=True))]
+    if not groups:
+        return
+    started = time.perf_counter()
+    failures = run_groups(groups, launcher, jobs)
+    print(f"   evaluation took {time.perf_counter() - started:.1f} s ({len(groups)} processes, "
+          f"{jobs if launcher == 'subprocess' else 1} at a time; {len(failures)} failed)", flush=True)
+    if failures:
+        raise RuntimeError(f"{len(failures)} of {len(groups)} evaluations failed:\n" + "\n".join(failures))
 
 
 def eval_metrics(cell: C.Cell) -> dict[int, dict[str, float]]:

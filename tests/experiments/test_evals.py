@@ -93,3 +93,62 @@ def test_an_out_dir_that_one_process_would_not_write_is_refused(tmp_path):
     moved = E.EvalJob(**{**job.__dict__, "out_dir": job.out_dir.parent / "elsewhere"})
     with pytest.raises(ValueError, match="is written to"):
         E.eval_groups([moved])
+
+
+def _fake_eval(calls: list[list[str]], *, barrier=None, fail_model: Path | None = None):
+    """Stands in for ``subprocess.run([python, -m, fastrl.cli, eval, ...])``: writes each benchmark's eval.json."""
+    def fake_run(cmd, *a, stdout=None, **kw):
+        calls.append(cmd)
+        args = build_parser().parse_args(cmd[3:])
+        if stdout is not None:
+            stdout.write(f"evaluating {args.model}\n")
+        if barrier is not None:
+            barrier.wait()  # returns only when `barrier.parties` processes are running at once
+        if fail_model is not None and Path(args.model) == fail_model:
+            return subprocess.CompletedProcess(cmd, 3)
+        for b in args.benchmark:
+            out = Path(args.out) / E.safe_name(b.split("=")[0])  # name=path: written under its name
+            out.mkdir(parents=True)
+            (out / "eval.json").write_text(json.dumps({"benchmarks": {b: {"avg@16": 0.5, "pass@16": 0.9}}}))
+        return subprocess.CompletedProcess(cmd, 0)
+    return fake_run
+
+
+def test_table4_post_runs_ctx_jobs_evaluations_at_once_each_with_its_log(tmp_path, monkeypatch):
+    import threading
+
+    runs = [_run(tmp_path, v) for v in ("grpo", "fastrl", "dapo", "gspo")]
+    calls: list[list[str]] = []
+    monkeypatch.setattr(E.subprocess, "run", _fake_eval(calls, barrier=threading.Barrier(2, timeout=10)))
+    ctx = Context(scale="mini", seeds=[1], runs_root=tmp_path, out_dir=tmp_path / "out", launcher="subprocess", jobs=2)
+    table4.post(ctx, runs)  # one at a time would leave the barrier waiting: BrokenBarrierError
+    assert sorted(Path(c[c.index("--model") + 1]) for c in calls) == sorted(r.run_dir for r in runs)
+    for r in runs:
+        assert (r.run_dir / "eval_k16" / "eval.log").read_text() == f"evaluating {r.run_dir}\n"
+
+
+def test_a_failed_evaluation_leaves_the_others_done_and_is_reported_with_its_log(tmp_path, monkeypatch):
+    runs = [_run(tmp_path, v) for v in ("grpo", "fastrl", "dapo")]
+    calls: list[list[str]] = []
+    monkeypatch.setattr(E.subprocess, "run", _fake_eval(calls, fail_model=runs[0].run_dir))
+    ctx = Context(scale="mini", seeds=[1], runs_root=tmp_path, out_dir=tmp_path / "out", launcher="subprocess", jobs=2)
+    with pytest.raises(RuntimeError, match=r"1 of 3 evaluations failed") as err:
+        table4.post(ctx, runs)
+    assert f"--model {runs[0].run_dir}" in str(err.value) and "exit 3" in str(err.value)
+    assert f"evaluating {runs[0].run_dir}" in str(err.value)  # the log's last lines
+    assert all((r.run_dir / "eval_k16" / "mini-geo_default" / "eval.json").is_file() for r in runs[1:])
+
+
+def test_paper_ood_evals_run_one_process_per_run(tmp_path, monkeypatch):
+    from experiments.grid import paper_ood_evals
+
+    ood = (OODBenchmark("MathVista", "data/mathvista.parquet", "fastrl_mc", "mc"),
+           OODBenchmark("AIME", "data/aime.parquet", "fastrl_math", "math"))
+    runs = [_run(tmp_path, v, scale="paper", files=True, ood=ood) for v in ("grpo", "fastrl")]
+    calls: list[list[str]] = []
+    monkeypatch.setattr(E.subprocess, "run", _fake_eval(calls))
+    paper_ood_evals(runs, Context(scale="paper", seeds=[1], runs_root=tmp_path, out_dir=tmp_path / "o",
+                                  launcher="deepspeed"))
+    assert [build_parser().parse_args(c[3:]).benchmark for c in calls] == \
+        [["MathVista=data/mathvista.parquet", "AIME=data/aime.parquet"]] * 2
+    assert all((r.run_dir / "eval" / "AIME" / "eval.json").is_file() for r in runs)
