@@ -2,6 +2,7 @@
 
     python -m experiments.accuracy.probe run [--jobs 2] [--arms grpo,fastrl] [--seeds 1,2]
     python -m experiments.accuracy.probe report      # -> <root>/report.md and report.json
+    python -m experiments.accuracy.probe report --baseline grpo_lr_sqrt   # -> report_vs_grpo_lr_sqrt.md
 
 Each (arm, seed) trains into ``<root>/<arm>/seed<k>`` (skipped when its summary exists). The
 report gives, per arm, the final validation accuracy, its change from the warm start, and the
@@ -75,12 +76,16 @@ def summarize(run_dir: Path) -> dict[str, float] | None:
             "n_last": steps[-1][K.ROLLOUT_N], "optimizer_steps": sum(r.get(K.ACTOR_OPTIMIZER_STEPS, 0) for r in steps)}
 
 
-def report(root: Path, arms: dict[str, Any]) -> tuple[str, dict[str, Any]]:
-    base = arms["baseline"]
+def report(root: Path, arms: dict[str, Any], baseline: str | None = None) -> tuple[str, dict[str, Any]]:
+    """The table and its data; every arm is paired by seed with ``baseline`` (default: the arms
+    file's ``baseline``)."""
+    base = baseline or arms["baseline"]
+    if base not in arms["arms"]:
+        raise ValueError(f"report --baseline {base!r}: not an arm of this file; choose one of {sorted(arms['arms'])}")
     runs = {a: {s: summarize(root / a / f"seed{s}") for s in arms["seeds"]} for a in arms["arms"]}
     out: dict[str, Any] = {}
-    lines = ["| arm | seeds | val avg@8 after (%) | Δ from warm start | Δ avg@8 vs GRPO, paired [95 % CI] | "
-             "Δ n=1 vs GRPO [95 % CI] | speedup vs GRPO [95 % CI] | kept | n (last) | optimizer steps |",
+    lines = [f"| arm | seeds | val avg@8 after (%) | Δ from warm start | Δ avg@8 vs {base}, paired [95 % CI] | "
+             f"Δ n=1 vs {base} [95 % CI] | speedup vs {base} [95 % CI] | kept | n (last) | optimizer steps |",
              "|---|---|---|---|---|---|---|---|---|---|"]
     for arm in arms["arms"]:
         done = {s: r for s, r in runs[arm].items() if r}
@@ -118,6 +123,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--arms", default=None, help="comma-separated subset (default: all)")
     p.add_argument("--seeds", default=None, help="comma-separated subset (default: arms.yaml)")
     p.add_argument("--arms-file", default=str(ARMS_FILE))
+    p.add_argument("--baseline", default=None,
+                   help="report: the arm every other is paired with (default: the arms file's baseline); "
+                        "written to report_vs_<arm>.md/.json when it is not the default")
     args = p.parse_args(argv)
     arms = load_arms(Path(args.arms_file))
     root = Path(args.root)
@@ -131,9 +139,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                                              jobs), 1):
                 print(f"[{i}/{len(jobs)}] {msg}", flush=True)
         return 0
-    table, data = report(root, arms)
-    (root / "report.md").write_text(table)
-    (root / "report.json").write_text(json.dumps(data, indent=2))
+    table, data = report(root, arms, args.baseline)
+    stem = "report" if args.baseline in (None, arms["baseline"]) else f"report_vs_{args.baseline}"
+    (root / f"{stem}.md").write_text(table)
+    (root / f"{stem}.json").write_text(json.dumps(data, indent=2))
     print(table)
     return 0
 
