@@ -43,6 +43,35 @@ def code_commit(repo: Path) -> str:
     return head + ("-dirty" if dirty else "")
 
 
+# What moves a run's floats besides the code: the same commit gave bitwise-identical runs in separate
+# processes here, and different ones on the machine that trained the committed mini tables
+# (docs/results.md, Known limits). Recorded so two runs' environments can be compared.
+ENVIRONMENT_PACKAGES = ("torch", "transformers", "deepspeed", "numpy", "pillow", "mathruler", "sympy")
+
+
+def environment() -> dict[str, Any]:
+    """Python, the versions of ``ENVIRONMENT_PACKAGES`` and the CPU (model name, AVX-512 or not),
+    read without importing any of them."""
+    import platform
+    from importlib import metadata
+
+    versions: dict[str, str | None] = {}
+    for name in ENVIRONMENT_PACKAGES:
+        try:
+            versions[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            versions[name] = None
+    cpu, flags = "unknown", ""  # the model name from /proc/cpuinfo (platform.processor() forks `uname -p`)
+    try:
+        info = Path("/proc/cpuinfo").read_text()
+        cpu = next((ln.split(":", 1)[1].strip() for ln in info.splitlines() if ln.startswith("model name")), cpu)
+        flags = next((ln.split(":", 1)[1] for ln in info.splitlines() if ln.startswith("flags")), "")
+    except OSError:
+        pass
+    return {"python": platform.python_version(), "packages": versions, "cpu": cpu,
+            "avx512": "avx512f" in flags.split(), "machine": platform.machine()}
+
+
 def run_record(spec: RunSpec, commit: str) -> dict[str, Any]:
     """One finished run as a JSON-able dict (see the module docstring)."""
     s = summarize(spec.run_dir)
@@ -54,6 +83,7 @@ def run_record(spec: RunSpec, commit: str) -> dict[str, Any]:
         "variant": spec.variant, "seed": spec.seed, "run_dir": str(spec.run_dir), "identity": spec.identity(),
         "command": written.get("command"), "run_wall_s": written.get("run_wall_s"), "labels": spec.labels,
         "trained_at_commit": written.get("code_commit", "unknown"), "collected_at_commit": commit,
+        "trained_in": written.get("environment"),  # None for runs launched before it was recorded
         "summary": {"steps": s.steps, "train_time_s": s.train_time_s, "acc_before": s.acc_before,
                     "acc_after": s.acc_after, "ood": s.ood, "tokens_generated": s.tokens_generated,
                     "tokens_trained": s.tokens_trained, "kept_fraction": s.kept_fraction, "mean_n": s.mean_n,

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
-from experiments.export import code_commit
+from experiments.export import code_commit, environment
 from experiments.logs import SPEC_FILE, is_finished, read_spec, summarize
 from experiments.spec import RunSpec, train_argv
 
@@ -97,9 +97,10 @@ def launch(spec: RunSpec, launcher: str) -> float:
         raise RunError(f"launcher {launcher!r}: choose one of {LAUNCHERS}")
     check_owner(spec)
     commit = code_commit(REPO_ROOT)  # recorded so a table can name the code each run was trained with
+    env = environment()  # and the library versions and CPU, which move its floats too
 
     def record(**fields: Any) -> None:
-        _write_spec(spec, launcher, {"code_commit": commit, **fields})
+        _write_spec(spec, launcher, {"code_commit": commit, "environment": env, **fields})
 
     record(status="running")
     start = time.perf_counter()

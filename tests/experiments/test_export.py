@@ -18,7 +18,8 @@ def test_export_writes_finished_runs_with_their_command_and_numbers(tmp_path):
         write_run(s.run_dir, step_times=[1.0 + i, 2.0], acc_before=0.2, acc_after=0.4, n=[8, 6],
                   kept_fraction=[0.5, 0.75], cpu_per_wall=0.5)
         (s.run_dir / SPEC_FILE).write_text(json.dumps({"identity": s.identity(), "command": f"train {s.variant}",
-                                                       "run_wall_s": 3.5, "code_commit": "abc123"}))
+                                                       "run_wall_s": 3.5, "code_commit": "abc123",
+                                                       "environment": {"packages": {"torch": "2.13.0+cpu"}}}))
     write_run(unfinished.run_dir, step_times=[1.0], finished=False)
 
     path = E.export_runs("table3", specs, tmp_path / "out", tmp_path)
@@ -29,6 +30,7 @@ def test_export_writes_finished_runs_with_their_command_and_numbers(tmp_path):
     assert {(r["variant"], r["seed"]) for r in lines} == {(s.variant, s.seed) for s in finished}
     first = next(r for r in lines if (r["variant"], r["seed"]) == (finished[0].variant, finished[0].seed))
     assert first["command"] == f"train {finished[0].variant}" and first["trained_at_commit"] == "abc123"
+    assert first["trained_in"] == {"packages": {"torch": "2.13.0+cpu"}}
     assert first["identity"] == finished[0].identity()
     assert first["summary"]["train_time_s"] == 3.0 and first["summary"]["acc_after"] == 0.4
     assert first["summary"]["cpu_s"]["step"] == 1.5  # per-stage CPU seconds, for the CPU token bound

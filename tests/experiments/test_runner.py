@@ -151,3 +151,19 @@ def test_make_targets_exist(target):
 def test_make_default_scale_is_mini():
     out = subprocess.run(["make", "-n", "table1"], cwd=REPO, capture_output=True, text=True, timeout=60)
     assert "--scale mini" in out.stdout
+
+
+def test_a_launched_run_records_the_environment_it_ran_in(tmp_path, monkeypatch):
+    """The same commit trained different floats on another machine (docs/results.md, Known limits):
+    run_spec.json names the library versions and the CPU, and the run metadata carries them."""
+    from experiments import export as X
+
+    spec = _spec(tmp_path)
+    monkeypatch.setattr(R, "code_commit", lambda repo: "abc123")
+    monkeypatch.setattr(R.subprocess, "run", lambda *a, **kw: subprocess.CompletedProcess(a, 3))  # the training fails
+    with pytest.raises(R.RunError):
+        R.launch(spec, "subprocess")
+    env = json.loads((spec.run_dir / SPEC_FILE).read_text())["environment"]
+    assert env == X.environment()
+    assert set(env["packages"]) == set(X.ENVIRONMENT_PACKAGES) and env["packages"]["torch"]
+    assert isinstance(env["avx512"], bool) and env["python"].count(".") == 2
