@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -183,6 +184,14 @@ def run_groups(groups: Sequence[EvalGroup], launcher: str, jobs: int = 1) -> lis
     evaluation to 1 thread (the run's ``trainer.torch_threads``), so a 2-core box runs two at once."""
     parallel = jobs > 1 and launcher == "subprocess" and len(groups) > 1
     labels = {id(g): f"[{i}/{len(groups)}]" for i, g in enumerate(groups, start=1)}
+    t0, finished, lock = time.perf_counter(), [0], threading.Lock()
+
+    def eta() -> str:
+        """Time left at the pace so far (finished processes per wall second)."""
+        with lock:
+            finished[0] += 1
+            done = finished[0]
+        return f"{done}/{len(groups)} finished, ETA {(len(groups) - done) * (time.perf_counter() - t0) / done:.0f} s"
 
     def one(group: EvalGroup) -> str | None:
         names = ", ".join(j.name for j in group.jobs)
@@ -195,7 +204,8 @@ def run_groups(groups: Sequence[EvalGroup], launcher: str, jobs: int = 1) -> lis
         except RuntimeError as exc:
             return str(exc)
         if parallel:
-            print(f"   {labels[id(group)]} done in {time.perf_counter() - started:.0f} s: {group.run_dir}", flush=True)
+            print(f"   {labels[id(group)]} done in {time.perf_counter() - started:.0f} s: {group.run_dir} ({eta()})",
+                  flush=True)
         return None
 
     if not parallel:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 from pathlib import Path
 
@@ -152,3 +153,13 @@ def test_paper_ood_evals_run_one_process_per_run(tmp_path, monkeypatch):
     assert [build_parser().parse_args(c[3:]).benchmark for c in calls] == \
         [["MathVista=data/mathvista.parquet", "AIME=data/aime.parquet"]] * 2
     assert all((r.run_dir / "eval" / "AIME" / "eval.json").is_file() for r in runs)
+
+
+def test_side_by_side_evaluations_print_their_progress_and_eta(tmp_path, monkeypatch, capsys):
+    runs = [_run(tmp_path, v) for v in ("grpo", "fastrl", "dapo")]
+    monkeypatch.setattr(E.subprocess, "run", _fake_eval([]))
+    ctx = Context(scale="mini", seeds=[1], runs_root=tmp_path, out_dir=tmp_path / "out", launcher="subprocess", jobs=2)
+    table4.post(ctx, runs)
+    done = [ln for ln in capsys.readouterr().out.splitlines() if " done in " in ln]
+    assert len(done) == 3 and done[-1].endswith("(3/3 finished, ETA 0 s)")
+    assert all(re.search(r"\(\d/3 finished, ETA \d+ s\)$", ln) for ln in done)
