@@ -6,7 +6,8 @@
 
 Each (arm, seed) trains into ``<root>/<arm>/seed<k>`` (skipped when its summary exists). The
 report gives, per arm, the final validation accuracy, its change from the warm start, and the
-paired difference to the baseline arm (same seed) with a 95 % Student-t interval, plus the mean
+paired difference to the baseline arm (same seed) with a 95 % Student-t interval, in-domain
+(avg@8 and n = 1) and out of domain (the OOD benchmarks' mean accuracy, n = 1), plus the mean
 train-step time and kept fraction, so the cause of an accuracy gap can be read off one table.
 """
 
@@ -70,7 +71,9 @@ def summarize(run_dir: Path) -> dict[str, float] | None:
     after = final.get(K.VAL_ACCURACY)
     if before is None or after is None or not steps:
         return None
+    ood = [v for k, v in final.items() if k.startswith("ood/") and k.endswith("/accuracy")]
     return {"acc_before": before, "acc_after": after, "acc_after_n1": final.get(K.VAL_ACCURACY_N1, after),
+            "ood_after": sum(ood) / len(ood) if ood else None,  # mean over the OOD benchmarks, n = 1
             "train_s": sum(r[K.STEP_TIME] for r in steps),
             "kept_fraction": sum(r[K.PRUNE_KEPT] for r in steps) / sum(r[K.ROLLOUT_NUM_RESPONSES] for r in steps),
             "n_last": steps[-1][K.ROLLOUT_N], "optimizer_steps": sum(r.get(K.ACTOR_OPTIMIZER_STEPS, 0) for r in steps)}
@@ -85,8 +88,9 @@ def report(root: Path, arms: dict[str, Any], baseline: str | None = None) -> tup
     runs = {a: {s: summarize(root / a / f"seed{s}") for s in arms["seeds"]} for a in arms["arms"]}
     out: dict[str, Any] = {}
     lines = [f"| arm | seeds | val avg@8 after (%) | Δ from warm start | Δ avg@8 vs {base}, paired [95 % CI] | "
-             f"Δ n=1 vs {base} [95 % CI] | speedup vs {base} [95 % CI] | kept | n (last) | optimizer steps |",
-             "|---|---|---|---|---|---|---|---|---|---|"]
+             f"Δ n=1 vs {base} [95 % CI] | Δ OOD vs {base} [95 % CI] | speedup vs {base} [95 % CI] | kept | "
+             "n (last) | optimizer steps |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
     for arm in arms["arms"]:
         done = {s: r for s, r in runs[arm].items() if r}
         paired = [s for s in done if runs[base].get(s)]
@@ -98,10 +102,13 @@ def report(root: Path, arms: dict[str, Any], baseline: str | None = None) -> tup
             if paired else (math.nan,) * 3
         d_n1 = paired_interval([100 * (done[s]["acc_after_n1"] - runs[base][s]["acc_after_n1"]) for s in paired]) \
             if paired else (math.nan,) * 3
+        with_ood = [s for s in paired if done[s]["ood_after"] is not None and runs[base][s]["ood_after"] is not None]
+        d_ood = paired_interval([100 * (done[s]["ood_after"] - runs[base][s]["ood_after"]) for s in with_ood]) \
+            if with_ood else (math.nan,) * 3
         speed = paired_interval([runs[base][s]["train_s"] / done[s]["train_s"] for s in paired]) \
             if paired else (math.nan,) * 3
         row = {"seeds": sorted(done), "acc_after": sum(acc) / len(acc), "gain": sum(gain) / len(gain),
-               "d_acc_vs_base": d_acc, "d_acc_n1_vs_base": d_n1, "speedup": speed, "paired_seeds": sorted(paired),
+               "d_acc_vs_base": d_acc, "d_acc_n1_vs_base": d_n1, "d_ood_vs_base": d_ood, "speedup": speed, "paired_seeds": sorted(paired),
                "kept_fraction": sum(r["kept_fraction"] for r in done.values()) / len(done),
                "n_last": sum(r["n_last"] for r in done.values()) / len(done),
                "optimizer_steps": sum(r["optimizer_steps"] for r in done.values()) / len(done)}
@@ -110,6 +117,7 @@ def report(root: Path, arms: dict[str, Any], baseline: str | None = None) -> tup
         sp = f"{speed[0]:.2f}x [{speed[1]:.2f}, {speed[2]:.2f}]" if not math.isnan(speed[1]) else f"{speed[0]:.2f}x"
         lines.append(f"| {arm} | {len(done)} | {row['acc_after']:.1f} | {row['gain']:+.1f} | "
                      f"{fmt(d_acc) if arm != base else '—'} | {fmt(d_n1) if arm != base else '—'} | "
+                     f"{fmt(d_ood) if arm != base and not math.isnan(d_ood[0]) else '—'} | "
                      f"{sp if arm != base else '1.00x'} | "
                      f"{row['kept_fraction']:.2f} | {row['n_last']:.1f} | {row['optimizer_steps']:.0f} |")
     return "\n".join(lines) + "\n", out
