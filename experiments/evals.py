@@ -25,6 +25,7 @@ from typing import Any, Sequence
 
 import yaml
 
+from experiments.logs import is_finished
 from experiments.spec import RunSpec
 from fastrl.evaluation.metrics import benchmark_dirname
 
@@ -170,6 +171,25 @@ def run_group(group: EvalGroup, launcher: str, log: Path | None = None) -> None:
         tail = "" if log is None or not log.is_file() else \
             f"; last lines of {log}:\n" + "".join(log.read_text().splitlines(keepends=True)[-20:])
         raise RuntimeError(f"fastrl {' '.join(group.argv())} failed (exit {rc}){tail}")
+
+
+def evaluate_finished(specs: Sequence[RunSpec], *, k: int, subdir: str, include_in_domain: bool, launcher: str,
+                      jobs: int = 1) -> None:
+    """Every finished run's pending evaluations, one ``fastrl eval`` process per run, ``jobs`` at a
+    time; raises after all have run if any failed. A ``deepspeed`` target evaluates one run at a
+    time in a plain subprocess (a GPU evaluation takes every GPU)."""
+    if launcher == "deepspeed":
+        launcher, jobs = "subprocess", 1
+    groups = [g for s in specs if is_finished(s.run_dir)
+              for g in eval_groups(eval_jobs(s, k=k, subdir=subdir, include_in_domain=include_in_domain))]
+    if not groups:
+        return
+    started = time.perf_counter()
+    failures = run_groups(groups, launcher, jobs)
+    print(f"   evaluation took {time.perf_counter() - started:.1f} s ({len(groups)} processes, "
+          f"{jobs if launcher == 'subprocess' else 1} at a time; {len(failures)} failed)", flush=True)
+    if failures:
+        raise RuntimeError(f"{len(failures)} of {len(groups)} evaluations failed:\n" + "\n".join(failures))
 
 
 def group_log(group: EvalGroup) -> Path:

@@ -61,13 +61,12 @@ def environment() -> dict[str, Any]:
             versions[name] = metadata.version(name)
         except metadata.PackageNotFoundError:
             versions[name] = None
-    cpu, flags = "unknown", ""  # the model name from /proc/cpuinfo (platform.processor() forks `uname -p`)
-    try:
-        info = Path("/proc/cpuinfo").read_text()
-        cpu = next((ln.split(":", 1)[1].strip() for ln in info.splitlines() if ln.startswith("model name")), cpu)
-        flags = next((ln.split(":", 1)[1] for ln in info.splitlines() if ln.startswith("flags")), "")
+    try:  # "key<TAB>: value" lines, one block per core (all alike); platform.processor() forks `uname -p`
+        lines = Path("/proc/cpuinfo").read_text().splitlines()
     except OSError:
-        pass
+        lines = []
+    cpu_info = {k.strip(): v.strip() for k, v in (ln.split(":", 1) for ln in lines if ":" in ln)}
+    cpu, flags = cpu_info.get("model name", "unknown"), cpu_info.get("flags", "")
     return {"python": platform.python_version(), "packages": versions, "cpu": cpu,
             "avx512": "avx512f" in flags.split(), "machine": platform.machine()}
 

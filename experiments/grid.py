@@ -11,8 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Sequence
 
 from experiments import collect as C
-from experiments.evals import eval_groups, eval_jobs, run_groups
-from experiments.logs import is_finished
+from experiments.evals import evaluate_finished
 from experiments.spec import RunSpec, SpecError, build_runs, load_table
 
 if TYPE_CHECKING:
@@ -48,13 +47,8 @@ def specs_for(target: str, ctx: Context, *, resolve_paper_steps: bool = False) -
 def paper_ood_evals(specs: Sequence[RunSpec], ctx: Context) -> None:
     """Paper scale: evaluate each finished run on its out-of-domain benchmarks (k = 1), one
     ``fastrl eval`` process per run (its benchmarks share the loaded model), one run at a time."""
-    if ctx.scale != "paper":
-        return
-    groups = [g for s in specs if is_finished(s.run_dir)
-              for g in eval_groups(eval_jobs(s, k=1, subdir="eval", include_in_domain=False))]
-    failures = run_groups(groups, "subprocess")
-    if failures:
-        raise RuntimeError(f"{len(failures)} of {len(groups)} evaluations failed:\n" + "\n".join(failures))
+    if ctx.scale == "paper":
+        evaluate_finished(specs, k=1, subdir="eval", include_in_domain=False, launcher="subprocess")
 
 
 MetricRename = dict[str, str]

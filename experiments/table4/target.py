@@ -2,15 +2,14 @@
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
 import numpy as np
 
 from experiments import collect as C
-from experiments.evals import eval_groups, eval_jobs, run_groups
+from experiments.evals import evaluate_finished
 from experiments.grid import Context, collect_grid, specs_for
-from experiments.logs import eval_results, is_finished
+from experiments.logs import eval_results
 from experiments.spec import RunSpec, load_table
 
 TARGET = "table4"
@@ -28,21 +27,8 @@ def specs(ctx: Context) -> list[RunSpec]:
 
 def post(ctx: Context, runs: list[RunSpec]) -> None:
     """Evaluate every finished run k times per problem (in-domain and out-of-domain): one
-    ``fastrl eval`` process per run for all its benchmarks (experiments.evals.eval_groups),
-    ``ctx.jobs`` processes at a time."""
-    k = k_value()
-    launcher = "subprocess" if ctx.launcher == "deepspeed" else ctx.launcher
-    jobs = 1 if ctx.launcher == "deepspeed" else ctx.jobs  # a GPU run's evaluation takes every GPU
-    groups = [g for s in runs if is_finished(s.run_dir)
-              for g in eval_groups(eval_jobs(s, k=k, subdir=SUBDIR, include_in_domain=True))]
-    if not groups:
-        return
-    started = time.perf_counter()
-    failures = run_groups(groups, launcher, jobs)
-    print(f"   evaluation took {time.perf_counter() - started:.1f} s ({len(groups)} processes, "
-          f"{jobs if launcher == 'subprocess' else 1} at a time; {len(failures)} failed)", flush=True)
-    if failures:
-        raise RuntimeError(f"{len(failures)} of {len(groups)} evaluations failed:\n" + "\n".join(failures))
+    ``fastrl eval`` process per run for all its benchmarks, ``ctx.jobs`` at a time."""
+    evaluate_finished(runs, k=k_value(), subdir=SUBDIR, include_in_domain=True, launcher=ctx.launcher, jobs=ctx.jobs)
 
 
 def eval_metrics(cell: C.Cell) -> dict[int, dict[str, float]]:
