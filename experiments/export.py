@@ -13,6 +13,7 @@ check a generated table: one line per finished run with the exact command, the r
 from __future__ import annotations
 
 import json
+import shlex
 import subprocess
 from pathlib import Path
 from typing import Any, Sequence
@@ -71,6 +72,38 @@ def environment() -> dict[str, Any]:
             "avx512": "avx512f" in flags.split(), "machine": platform.machine()}
 
 
+def portable_command(command: str | None) -> str | None:
+    """``command`` as anyone can re-run it from the repository root: the measuring machine's
+    interpreter path (``/abs/.venv/bin/python``) becomes ``python``; launchers and arguments stay."""
+    if not command:
+        return command
+    argv = shlex.split(command)
+    if argv and argv[0].startswith("/") and Path(argv[0]).name.startswith("python"):
+        argv[0] = "python"
+    return shlex.join(argv)
+
+
+def current_override(override: str) -> str:
+    """``key=value`` under the schema's current key name (``fastrl.training.run_dir.RENAMED_KEYS``)."""
+    from fastrl.training.run_dir import RENAMED_KEYS
+
+    key, sep, value = override.partition("=")
+    return f"{RENAMED_KEYS.get(key, key)}{sep}{value}" if sep else override
+
+
+def upgrade_record(record: dict[str, Any]) -> dict[str, Any]:
+    """A record written by an earlier version: its overrides and command under the current key
+    names, its command portable (``portable_command``). Numbers are left as they were measured."""
+    out = dict(record)
+    identity = dict(out.get("identity") or {})
+    if "overrides" in identity:
+        identity["overrides"] = [current_override(o) for o in identity["overrides"]]
+        out["identity"] = identity
+    if out.get("command"):
+        out["command"] = portable_command(shlex.join(current_override(a) for a in shlex.split(out["command"])))
+    return out
+
+
 def run_record(spec: RunSpec, commit: str) -> dict[str, Any]:
     """One finished run as a JSON-able dict (see the module docstring)."""
     s = summarize(spec.run_dir)
@@ -80,7 +113,7 @@ def run_record(spec: RunSpec, commit: str) -> dict[str, Any]:
     return {
         "target": spec.target, "group": spec.group, "scale": spec.scale, "dataset": spec.dataset, "model": spec.model,
         "variant": spec.variant, "seed": spec.seed, "run_dir": str(spec.run_dir), "identity": spec.identity(),
-        "command": written.get("command"), "run_wall_s": written.get("run_wall_s"), "labels": spec.labels,
+        "command": portable_command(written.get("command")), "run_wall_s": written.get("run_wall_s"), "labels": spec.labels,
         "trained_at_commit": written.get("code_commit", "unknown"), "collected_at_commit": commit,
         "trained_in": written.get("environment"),  # None for runs launched before it was recorded
         "summary": {"steps": s.steps, "train_time_s": s.train_time_s, "acc_before": s.acc_before,
