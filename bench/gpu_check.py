@@ -15,7 +15,7 @@ inside one overall budget:
   (nothing is downloaded), gradient checkpointing, and one GRPO step and one FastRL step on
   16 prompts x 8 responses of up to 512 tokens (synthetic token ids: the step's shape, not its
   learning, is measured) through the trainer's own functions (``compute_logprobs``,
-  ``update_policy``, ``mdap_select``): per-stage times, peak GPU memory, and MDAP's time beside
+  ``update_policy``, ``mdap_prune``): per-stage times, peak GPU memory, and MDAP's time beside
   that model's log-prob pass on the same batch.
 - ``vllm``: the colocated vLLM engine on a tiny model: engine start, log-probs of a fresh engine
   vs transformers, then new weights pushed with ``update_weights`` between a sleep and a wake-up
@@ -678,7 +678,7 @@ def _paper_table(r: dict[str, Any]) -> list[str]:
                      f"{_fmt(t.get('mdap'), 4)} | {_fmt(t['old_log_prob'], 3)} | {_fmt(t['ref'], 3)} | "
                      f"{_fmt(t['update_actor'], 3)} | {_fmt(st['total_s'], 3)} | {_fmt(st['peak_gpu_gib'])} |")
     m = r["mdap_vs_logprob"]
-    lines += ["", f"MDAP (`mdap_select`, {m['responses']} responses, median of 5): {m['mdap_s'] * 1e3:.2f} ms, "
+    lines += ["", f"MDAP (`mdap_prune`, {m['responses']} responses, median of 5): {m['mdap_s'] * 1e3:.2f} ms, "
               f"against {m['old_log_prob_s']:.3f} s for this model's log-prob pass on the same batch "
               f"({100 * m['ratio']:.4f} %).", ""]
     return lines

@@ -2,7 +2,7 @@
 
 Builds one synthetic rollout batch the size of a paper step — 256 questions x 8 responses,
 response lengths uniform in [1, 2048], vocabulary 151,936, rewards in {0, 0.5, 1, 1.5} with GRPO
-advantages — and times ``mdap_select`` (tau = 0.8) on one CPU thread (median of several runs),
+advantages — and times ``mdap_prune`` (tau = 0.8) on one CPU thread (median of several runs),
 for the three ways a trainer can hand over token ids: Python lists, 1-D tensors, PackedTokens.
 
 Token ids are drawn either Zipf-distributed (rank^-1.1 over the whole vocabulary, ranks mapped to
@@ -165,7 +165,7 @@ def main(argv: list[str] | None = None) -> int:
         for form in ("lists", "tensors", "packed"):
             med, runs, kept, cpu = timed(lambda: mdap_prune(b["adv"], b["uids"], b[form], tau=args.tau).kept,
                                          args.repeats)
-            rows[f"mdap_select[{form}]"] = {"median_ms": med, "runs_ms": runs,
+            rows[f"mdap_prune[{form}]"] = {"median_ms": med, "runs_ms": runs,
                                             "median_cpu_ms": statistics.median(cpu), "cpu_ms": cpu}
             rows["kept"] = len(kept)
         qid = torch.arange(args.questions).repeat_interleave(args.responses)
@@ -184,7 +184,7 @@ def main(argv: list[str] | None = None) -> int:
         result["forward"] = fwd
         for rows in result["mdap"].values():
             for key, val in list(rows.items()):
-                if key.startswith("mdap_select"):
+                if key.startswith("mdap_prune"):
                     val["ratio_to_forward"] = val["median_ms"] / fwd["extrapolated_batch_ms"]
                     val["cpu_ratio_to_forward"] = val["median_cpu_ms"] / fwd["extrapolated_batch_cpu_ms"]
 

@@ -322,24 +322,24 @@ def _keep_count(n: int, prune_rate: float) -> int:
 
 
 def cppo_prune(
-    advantages: Tensor | Sequence[float], uids: Sequence[Hashable], *, prune_rate: float = 0.5, dp_multiple: int = 1,
+    advantages: Tensor | Sequence[float], uids: Sequence[Hashable], *, prune_rate: float = 0.5, align_to: int = 1,
     question_ids: Sequence[int | None] | None = None,
 ) -> PruneResult:
     """CPPO: per question keep the top k = max(1, floor(n (1 - P))) responses by |A|.
 
     Ties by |A| go to positive A, then to the earlier response of the question. The release
-    applies no alignment (B x k is already a multiple of its mini-batch); ``dp_multiple`` > 1
+    applies no alignment (B x k is already a multiple of its mini-batch); ``align_to`` > 1
     refills as MDAP step 5 does. ``prune_rate`` is taken as given (``CPPOConfig.check``).
     """
     where = "cppo_prune"
-    _check_align(dp_multiple, where)
+    _check_align(align_to, where)
     qs = _Questions.build(advantages, uids, where, question_ids)
     keep = [False] * len(qs.adv)
     for mem in qs.members:
         ranked = sorted(range(len(mem)), key=lambda r: (-abs(qs.adv[mem[r]]), 0 if qs.adv[mem[r]] > 0 else 1, r))
         for r in ranked[: _keep_count(len(mem), prune_rate)]:
             keep[mem[r]] = True
-    return _result(keep, qs, dp_multiple)
+    return _result(keep, qs, align_to)
 
 
 def random_prune(
@@ -481,7 +481,7 @@ class CPPOPruner:
 
     def __call__(self, batch: PruneBatch, *, align_to: int = 1,
                  generator: torch.Generator | None = None) -> PruneResult:
-        return cppo_prune(batch.advantages, batch.uids, prune_rate=self.config.prune_rate, dp_multiple=align_to,
+        return cppo_prune(batch.advantages, batch.uids, prune_rate=self.config.prune_rate, align_to=align_to,
                           question_ids=batch.question_ids)
 
 

@@ -20,5 +20,5 @@ def test_bench_runs_and_writes_json(tmp_path, capsys):
     assert set(r["mdap"]) == {"zipf", "uniform"}
     for rows in r["mdap"].values():
         assert rows["responses"] == 12 and 3 <= rows["kept"] <= 12
-        assert rows["mdap_select[packed]"]["median_ms"] > 0
-    assert "mdap_select[lists]" in capsys.readouterr().out
+        assert rows["mdap_prune[packed]"]["median_ms"] > 0
+    assert "mdap_prune[lists]" in capsys.readouterr().out

@@ -49,7 +49,7 @@ def test_dry_run_writes_every_section(tmp_path):
     for step in ("grpo", "fastrl"):
         assert {"old_log_prob", "ref", "update_actor"} <= set(paper[step]["timing_s"])
     assert paper["fastrl"]["timing_s"]["mdap"] > 0 and paper["mdap_vs_logprob"]["ratio"] > 0
-    assert "## paper_step" in markdown and "MDAP (`mdap_select`" in markdown
+    assert "## paper_step" in markdown and "MDAP (`mdap_prune`" in markdown
     assert set(sections["demo"]["methods"]) == {"grpo", "fastrl", "fastrl_fixed_updates"}
     assert (out / "logs" / "paper_step.log").is_file()
 
