@@ -112,30 +112,40 @@ class PolicyKit:
     def path(self) -> Path:
         return Path(self.spec.path)
 
-    def encode(self, record: Record) -> PromptInput:
-        """The record's prompt in the spec's template, tokenized, with its images."""
-        return self.encoder.materialize(self.tokenize(record))
+    def encode(self, record: Record, template: str | None = None) -> PromptInput:
+        """The record's prompt in ``template`` (None: the spec's), tokenized, with its images."""
+        return self.encoder.materialize(self.tokenize(record, template))
 
-    def tokenize(self, record: Record) -> PromptTokens:
+    def tokenize(self, record: Record, template: str | None = None) -> PromptTokens:
         """The record's prompt token ids and image references, without pixel tensors (what a
-        trainer keeps per record; ``materialize`` builds the rest for a batch)."""
+        trainer keeps per record; ``materialize`` builds the rest for a batch). ``template``:
+        another template than the spec's (OOD benchmarks)."""
         from fastrl.data.templates import build_prompt_text
 
-        return self.encoder.tokenize(record.uid, build_prompt_text(record, self.spec.template), list(record.images))
+        text = build_prompt_text(record, self.spec.template if template is None else template)
+        return self.encoder.tokenize(record.uid, text, list(record.images))
 
     def materialize(self, tokens: PromptTokens) -> PromptInput:
         return self.encoder.materialize(tokens)
 
-    def score(self, texts: Sequence[str], records: Sequence[Record]) -> tuple[list[dict[str, float]], dict[str, float]]:
-        """``texts[i]`` scored against ``records[i]`` by the spec's reward: (scores, failure stats)."""
-        from fastrl.rewards import score_batch
-
-        fields = [{"choices": r.choices, "meta": r.meta, "source": r.source, "uid": r.uid} for r in records]
-        return score_batch(self.spec.reward, list(texts), [r.answer for r in records], fields)
+    def score(self, texts: Sequence[str], records: Sequence[Record],
+              reward: str | None = None) -> tuple[list[dict[str, float]], dict[str, float]]:
+        """``texts[i]`` scored against ``records[i]`` by ``reward`` (None: the spec's): (scores,
+        failure stats)."""
+        return score_records(self.spec.reward if reward is None else reward, texts, records)
 
     def close(self) -> None:
         """Release the rollout engine (vLLM holds its own weights and KV cache)."""
         self.engine.close()
+
+
+def score_records(reward: str, texts: Sequence[str],
+                  records: Sequence[Record]) -> tuple[list[dict[str, float]], dict[str, float]]:
+    """``texts[i]`` scored against ``records[i]`` by the registered ``reward``: (scores, failure stats)."""
+    from fastrl.rewards import score_batch
+
+    fields = [{"choices": r.choices, "meta": r.meta, "source": r.source, "uid": r.uid} for r in records]
+    return score_batch(reward, list(texts), [r.answer for r in records], fields)
 
 
 def text_tokenizer(processor: Any) -> Any:

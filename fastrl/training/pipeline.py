@@ -412,10 +412,10 @@ class Trainer:
             full = self.materialize(mine)
             prompts = [full[r.uid] for r in mine]
         else:
-            prompts = [encode_as(self.policy, r, fmt[0]) for r in mine]
+            prompts = [self.policy.encode(r, fmt[0]) for r in mine]  # not cached: scored once
         responses = self.policy.engine.generate(prompts, k, sampling)  # every rank: see generate
         texts, graded = [r.text for r in responses], [mine[r.prompt_index] for r in responses]
-        scores = self.policy.score(texts, graded)[0] if fmt is None else score_as(fmt[1], texts, graded)
+        scores = self.policy.score(texts, graded, None if fmt is None else fmt[1])[0]
         local = [(r.prompt_index * world + rank, s["accuracy"], s["overall"]) for r, s in zip(responses, scores)]
         return validation_metrics([x for part in dist.all_gather_object(local) for x in part], k)
 
@@ -559,20 +559,6 @@ def ood_formats(cfg: FastRLConfig, ood: dict[str, list[Record]]) -> dict[str, tu
         for name, (template, reward) in formats.items():
             print(f"ood benchmark {name}: template {template}, reward {reward}", flush=True)
     return formats
-
-
-def encode_as(policy: PolicyBundle, record: Record, template: str) -> PromptInput:
-    """``record``'s prompt under another template (OOD benchmarks; not cached: scored once)."""
-    from fastrl.data.templates import build_prompt_text
-
-    return policy.encoder.encode(record.uid, build_prompt_text(record, template), list(record.images))
-
-
-def score_as(reward: str, texts: Sequence[str], records: Sequence[Record]) -> list[dict[str, float]]:
-    from fastrl.rewards import score_batch
-
-    fields = [{"choices": r.choices, "meta": r.meta, "source": r.source, "uid": r.uid} for r in records]
-    return score_batch(reward, list(texts), [r.answer for r in records], fields)[0]
 
 
 def rollout_probs_diff(batch: RolloutBatch) -> dict[str, float]:

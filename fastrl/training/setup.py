@@ -57,8 +57,9 @@ class PolicyBundle:
         return self.kit.engine
 
     @property
-    def tokenizer(self) -> Any:
-        """``load_policy``'s second value: the tokenizer, or a VL model's processor."""
+    def processor(self) -> Any:
+        """``load_policy``'s second value: the tokenizer, or a VL model's processor (its text
+        tokenizer is ``fastrl.policy.text_tokenizer(processor)``)."""
         return self.kit.processor
 
     @property
@@ -77,11 +78,12 @@ class PolicyBundle:
     def template(self) -> str:
         return self.kit.spec.template
 
-    def encode(self, record: Record) -> PromptInput:
-        return self.kit.encode(record)
+    def encode(self, record: Record, template: str | None = None) -> PromptInput:
+        return self.kit.encode(record, template)
 
-    def score(self, texts: Sequence[str], records: Sequence[Record]) -> tuple[list[dict[str, float]], dict[str, float]]:
-        return self.kit.score(texts, records)
+    def score(self, texts: Sequence[str], records: Sequence[Record],
+              reward: str | None = None) -> tuple[list[dict[str, float]], dict[str, float]]:
+        return self.kit.score(texts, records, reward)
 
     def sync_and_check(self, kept: RolloutBatch) -> dict[str, float]:
         """Wake the engine and push the new weights; for engines that hold their own copy, prove the
@@ -128,7 +130,7 @@ class PolicyBundle:
         if dist.is_main():
             copy_side_files(model_files_dir(self.path), out_dir)
             if not (out_dir / "tokenizer_config.json").is_file():  # a source without tokenizer files
-                save_processor(self.tokenizer, out_dir)
+                save_processor(self.processor, out_dir)
         dist.barrier()
         return out_dir
 

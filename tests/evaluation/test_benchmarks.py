@@ -3,7 +3,6 @@ and reward (MathVision: ``fastrl_mc`` / ``mc``), not with the training set's."""
 
 from __future__ import annotations
 
-from types import SimpleNamespace
 
 import pytest
 
@@ -13,7 +12,8 @@ from fastrl.data.templates import FASTRL_INSTRUCTION, MC_INSTRUCTION
 from fastrl.evaluation.benchmarks import BENCHMARK_FORMATS, benchmark_format
 from fastrl.models.inputs import PromptInput
 from fastrl.rollout.base import Response
-from fastrl.training.pipeline import Trainer, ood_formats, score_as
+from fastrl.policy import PolicyKit, PolicySpec
+from fastrl.training.pipeline import Trainer, ood_formats
 
 MC = Record(uid="mathvision-testmini-1", problem="Which shape is larger?", answer="circle", source="MathVision",
             choices=["square", "circle"])
@@ -43,9 +43,12 @@ class _Encoder:
     def __init__(self) -> None:
         self.texts: list[str] = []
 
-    def encode(self, uid: str, text: str, images: list) -> PromptInput:
+    def tokenize(self, uid: str, text: str, images: list) -> PromptInput:
         self.texts.append(text)
         return PromptInput(uid=uid, prompt_ids=[1, 2])
+
+    def materialize(self, tokens: PromptInput) -> PromptInput:
+        return tokens
 
 
 class _Engine:
@@ -61,10 +64,11 @@ def test_validate_prompts_and_grades_an_ood_file_in_its_own_format():
     trainer = object.__new__(Trainer)
     trainer.cfg = load_config("methods/grpo.yaml", ["data.task=files", "model.source=path", "model.path=some/model", "data.template=fastrl_math"], scale="smoke")
     encoder = _Encoder()
-    trainer.policy = SimpleNamespace(encoder=encoder, engine=_Engine())
+    spec = PolicySpec(path="some/model", template="fastrl_math", reward="math")
+    trainer.policy = PolicyKit(spec=spec, model=None, processor=None, engine=_Engine(), encoder=encoder, pad_id=0, eos_ids=[])
     got = trainer.validate([MC], ("fastrl_mc", "mc"))
     assert got["val/accuracy"] == 1.0
     assert MC_INSTRUCTION in encoder.texts[0] and FASTRL_INSTRUCTION not in encoder.texts[0]
     assert "A. square\nB. circle" in encoder.texts[0]
     text = _Engine().generate([None], 1, None)[0].text
-    assert score_as("math", [text], [MC])[0]["accuracy"] == 0.0  # what the training pair gave
+    assert trainer.policy.score([text], [MC])[0][0]["accuracy"] == 0.0  # what the training pair gave

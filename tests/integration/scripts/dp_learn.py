@@ -22,7 +22,7 @@ from fastrl.training.pipeline import Trainer
 def fixed_batch(trainer: Trainer, n: int) -> RolloutBatch:
     """Deterministic responses (the same on every rank): each question's worked solution, cut at
     different lengths, so groups have mixed rewards and overlapping token sets."""
-    tok = getattr(trainer.policy.tokenizer, "tokenizer", trainer.policy.tokenizer)
+    tok = getattr(trainer.policy.processor, "tokenizer", trainer.policy.processor)
     records = generate_task("mini-math", split="train", num=4, seed=7)
     prompts, uids, ids, texts, recs = [], [], [], [], []
     for q, rec in enumerate(records):
