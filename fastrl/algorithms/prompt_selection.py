@@ -19,6 +19,7 @@ zero-variance ratio is thus pushed toward the target from either side.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from typing import Any, Hashable, Mapping, Sequence
 
@@ -46,12 +47,6 @@ def _outcome(accuracies: Sequence[float] | Tensor, where: str, uid: Hashable) ->
     if all(a == 0 for a in vals):
         return _HARD
     return _MIXED
-
-
-def _check_prob(value: float, name: str, where: str, low: float = 0.0, high: float = 1.0) -> None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \
-            or not low <= value <= high:
-        raise ValueError(f"{where}: {name} = {value!r} must lie in [{low}, {high}]")
 
 
 class AllPromptsSelector:
@@ -106,28 +101,19 @@ class AllPromptsSelector:
 class GresoSelector(AllPromptsSelector):
     """GRESO selective rollout (see the module docstring for the exact rule)."""
 
-    def __init__(
-        self,
-        p_easy: float = 0.5,
-        p_hard: float = 0.5,
-        alpha: float = 0.25,
-        step_size: float = 0.01,
-        p_min: float = 0.05,
-        p_max: float = 0.95,
-        floor: float = 0.01,
-    ) -> None:
+    def __init__(self, config: GresoConfig | None = None, **fields: float) -> None:
+        """From ``config`` (None: ``GresoConfig()``'s defaults) with ``fields`` replaced, e.g.
+        ``GresoSelector(p_easy=0.4)``; the values are checked by ``GresoConfig.check``."""
         super().__init__()
-        where = "GresoSelector"
-        for name, v in (("p_min", p_min), ("p_max", p_max), ("alpha", alpha), ("floor", floor),
-                        ("step_size", step_size)):
-            _check_prob(v, name, where)
-        if p_min > p_max:
-            raise ValueError(f"{where}: p_min = {p_min} > p_max = {p_max}")
-        _check_prob(p_easy, "p_easy", where, p_min, p_max)
-        _check_prob(p_hard, "p_hard", where, p_min, p_max)
-        self.p_easy, self.p_hard = float(p_easy), float(p_hard)
-        self.alpha, self.step_size = float(alpha), float(step_size)
-        self.p_min, self.p_max, self.floor = float(p_min), float(p_max), float(floor)
+        config = dataclasses.replace(config if config is not None else GresoConfig(), **fields)
+        try:
+            config.check()
+        except ValueError as exc:
+            raise ValueError(f"GresoSelector: {exc}") from None
+        self.config = config
+        self.p_easy, self.p_hard = float(config.p_easy), float(config.p_hard)
+        self.alpha, self.step_size = float(config.alpha), float(config.step_size)
+        self.p_min, self.p_max, self.floor = float(config.p_min), float(config.p_max), float(config.floor)
         self.target_easy = self.alpha / 3.0
         self.target_hard = 2.0 * self.alpha / 3.0
         self._history: dict[Hashable, list[int]] = {}
@@ -135,8 +121,7 @@ class GresoSelector(AllPromptsSelector):
     @classmethod
     def from_config(cls, config: GresoConfig) -> "GresoSelector":
         """GRESO from its section, ``algorithm.greso``."""
-        return cls(p_easy=config.p_easy, p_hard=config.p_hard, alpha=config.alpha, step_size=config.step_size,
-                   p_min=config.p_min, p_max=config.p_max, floor=config.floor)
+        return cls(config)
 
     def history(self, uid: Hashable) -> list[str]:
         """Outcomes recorded for ``uid``, oldest first: 'easy' | 'hard' | 'mixed'."""

@@ -35,6 +35,7 @@ and empty after a step that ended no period.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import numbers
 from dataclasses import dataclass
@@ -262,36 +263,27 @@ class RetentionRolloutScaler(_PeriodicScaler):
 
     rule = "retention"
 
-    def __init__(
-        self,
-        n_init: int = 8,
-        n_min: int = 4,
-        n_max: int | None = None,
-        beta: float = 0.5,
-        headroom: int = 1,
-        rho_high: float = 0.9,
-        grow_step: int = 2,
-        per_prompt: bool = False,
-        period_steps: int = 0,
-    ) -> None:
+    def __init__(self, n_init: int = 8, config: RetentionARSConfig | None = None, **fields: Any) -> None:
+        """From ``config`` (None: ``RetentionARSConfig()``'s defaults) with ``fields`` replaced,
+        e.g. ``RetentionRolloutScaler(n_init=8, n_min=2)``; ``n_init`` is ``rollout.n``."""
         where = "RetentionRolloutScaler"
-        super().__init__(period_steps, n_init)
-        check_positive_int(n_min, "n_min", where, minimum=2)
-        n_max = n_init if n_max is None else n_max
-        check_positive_int(n_max, "n_max", where, minimum=2)
+        config = dataclasses.replace(config if config is not None else RetentionARSConfig(), **fields)
+        super().__init__(config.period_steps, n_init)
+        try:
+            config.check()
+        except ValueError as exc:
+            raise ValueError(f"{where}: {exc}") from None
+        n_min, beta, headroom, rho_high, grow_step = config.n_min, config.beta, config.headroom, config.rho_high, \
+            config.grow_step
+        n_max = n_init if config.n_max is None else config.n_max
         if n_min > n_max:
             raise ValueError(f"{where}: n_min = {n_min} > n_max = {n_max}")
         if not n_min <= n_init <= n_max:
             raise ValueError(f"{where}: n_init = {n_init} must lie in [n_min, n_max] = [{n_min}, {n_max}]")
-        if isinstance(beta, bool) or not isinstance(beta, (int, float)) or not math.isfinite(beta) or beta < 0:
-            raise ValueError(f"{where}: beta = {beta!r} must be a finite number >= 0")
-        check_positive_int(headroom, "headroom", where, minimum=0)
-        if isinstance(rho_high, bool) or not isinstance(rho_high, (int, float)) or not 0 < rho_high <= 1:
-            raise ValueError(f"{where}: rho_high = {rho_high!r} must lie in (0, 1]")
-        check_positive_int(grow_step, "grow_step", where, minimum=0)
+        self.config = config
         self.n_init, self.n_min, self.n_max = n_init, n_min, n_max
         self.beta, self.headroom, self.rho_high, self.grow_step = float(beta), headroom, float(rho_high), grow_step
-        self.per_prompt = bool(per_prompt)
+        self.per_prompt = bool(config.per_prompt)
         self._n = n_init
         self._observations: list[tuple[Hashable | None, int, int]] = []  # (uid, kept, n it was observed under)
         self._prompt_n: dict[Hashable, int] = {}
@@ -299,9 +291,7 @@ class RetentionRolloutScaler(_PeriodicScaler):
     @classmethod
     def from_config(cls, config: RetentionARSConfig, *, n_init: int) -> "RetentionRolloutScaler":
         """``rollout_scaler: ars_retention`` from ``algorithm.ars_retention`` and ``rollout.n``."""
-        return cls(n_init, n_min=config.n_min, n_max=config.n_max, beta=config.beta, headroom=config.headroom,
-                   rho_high=config.rho_high, grow_step=config.grow_step, per_prompt=config.per_prompt,
-                   period_steps=config.period_steps)
+        return cls(n_init, config)
 
     @property
     def n(self) -> int:

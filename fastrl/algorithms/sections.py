@@ -83,10 +83,24 @@ class ARSConfig:
     period_steps: int = 0  # 0: one period per epoch over the training prompts
 
 
+def check_int(name: str, value: int, minimum: int) -> None:
+    """``ValueError`` unless ``value`` is an int >= ``minimum`` (bools rejected)."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise ValueError(f"{name} = {value!r} must be an integer >= {minimum}")
+
+
+def check_in(name: str, value: float, low: float, high: float) -> None:
+    """``ValueError`` unless ``value`` is a finite number in [low, high]."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \
+            or not low <= value <= high:
+        raise ValueError(f"{name} = {value!r} must lie in [{low}, {high}]")
+
+
 @dataclass
 class RetentionARSConfig:
     """``algorithm.ars_retention``: this repository's earlier ARS reading (``rollout_scaler:
-    ars_retention``; fastrl.algorithms.rollout_scale.RetentionRolloutScaler checks the values)."""
+    ars_retention``). The defaults live here only; RetentionRolloutScaler adds the checks that
+    need the initial n (``rollout.n``)."""
 
     n_min: int = 4
     n_max: int | None = None  # None: the initial n
@@ -97,10 +111,25 @@ class RetentionARSConfig:
     period_steps: int = 0  # 0: one period per epoch over the training prompts
     per_prompt: bool = False
 
+    def check(self) -> None:
+        check_int("n_min", self.n_min, 2)
+        if self.n_max is not None:
+            check_int("n_max", self.n_max, 2)
+            if self.n_min > self.n_max:
+                raise ValueError(f"n_min = {self.n_min} > n_max = {self.n_max}")
+        if isinstance(self.beta, bool) or not isinstance(self.beta, (int, float)) or not math.isfinite(self.beta) \
+                or self.beta < 0:
+            raise ValueError(f"beta = {self.beta!r} must be a finite number >= 0")
+        check_int("headroom", self.headroom, 0)
+        if isinstance(self.rho_high, bool) or not isinstance(self.rho_high, (int, float)) or not 0 < self.rho_high <= 1:
+            raise ValueError(f"rho_high = {self.rho_high!r} must lie in (0, 1]")
+        check_int("grow_step", self.grow_step, 0)
+        check_int("period_steps", self.period_steps, 0)
+
 
 @dataclass
 class GresoConfig:
-    """``algorithm.greso`` (prompt selector ``greso``; GresoSelector checks the values)."""
+    """``algorithm.greso`` (prompt selector ``greso``). The defaults live here only."""
 
     p_easy: float = 0.5
     p_hard: float = 0.5
@@ -109,6 +138,14 @@ class GresoConfig:
     p_min: float = 0.05
     p_max: float = 0.95
     floor: float = 0.01
+
+    def check(self) -> None:
+        for name in ("p_min", "p_max", "alpha", "floor", "step_size"):
+            check_in(name, getattr(self, name), 0.0, 1.0)
+        if self.p_min > self.p_max:
+            raise ValueError(f"p_min = {self.p_min} > p_max = {self.p_max}")
+        check_in("p_easy", self.p_easy, self.p_min, self.p_max)
+        check_in("p_hard", self.p_hard, self.p_min, self.p_max)
 
 
 @dataclass

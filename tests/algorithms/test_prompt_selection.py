@@ -143,3 +143,27 @@ def test_metrics_are_the_keep_probabilities_after_each_step():
     s.end_step(epoch=1)
     assert s.metrics() == {"greso/p_easy": pytest.approx(0.39), "greso/p_hard": pytest.approx(0.61)}
     assert AllPromptsSelector().metrics() == {}
+
+
+@pytest.mark.parametrize("override, key", [
+    ("algorithm.greso.p_easy=2", "algorithm.greso.p_easy"),
+    ("algorithm.greso.p_min=0.9", "algorithm.greso.p_"),
+    ("algorithm.ars_retention.rho_high=0", "algorithm.ars_retention.rho_high"),
+    ("algorithm.ars_retention.n_min=1", "algorithm.ars_retention.n_min"),
+])
+def test_greso_and_retention_values_are_refused_when_the_config_is_read(override, key):
+    """Their sections own the checks, so a bad value fails at load, naming the key, before any
+    model is built (it used to fail only when the component was built)."""
+    from fastrl.config import load_config
+
+    with pytest.raises(ValueError, match=key):
+        load_config("methods/greso.yaml", [override], scale="smoke")
+
+
+def test_the_section_dataclasses_own_the_defaults():
+    from fastrl.algorithms.rollout_scale import RetentionRolloutScaler
+    from fastrl.algorithms.sections import GresoConfig, RetentionARSConfig
+
+    assert GresoSelector().config == GresoConfig()
+    assert GresoSelector(p_easy=0.4).config == GresoConfig(p_easy=0.4)
+    assert RetentionRolloutScaler(n_init=8).config == RetentionARSConfig()
