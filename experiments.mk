@@ -30,7 +30,7 @@ REGISTERED_TABLES := $(shell grep -l '^register:' configs/tables/*.yaml)
 EXPERIMENT_TARGETS := $(shell sed -n 's/^target: *\([A-Za-z0-9_-]*\).*/\1/p' $(REGISTERED_TABLES)) \
 	$(shell sed -n 's/^  aliases: *\[\(.*\)\].*/\1/p' $(REGISTERED_TABLES) | tr ',' ' ') reproduce
 
-.PHONY: $(EXPERIMENT_TARGETS) calibrate experiments-list experiments-names
+.PHONY: $(EXPERIMENT_TARGETS) calibrate reproduce-check experiments-list experiments-names
 
 $(EXPERIMENT_TARGETS): setup
 	$(EXP_RUN) $@ $(EXP_ARGS)
@@ -38,6 +38,12 @@ $(EXPERIMENT_TARGETS): setup
 # Time 2 GRPO steps of every setting on this machine, so the estimates above are measured.
 calibrate: setup
 	$(EXP_RUN) calibrate $(EXP_ARGS)
+
+# Re-train GRPO and FastRL, seed 1, in every Table 1 setting (8 runs, into runs/reproduce_check)
+# and compare each with the committed run metadata: a verdict per cell (experiments/reproduce_check.py).
+RC_SEEDS ?= 1
+reproduce-check: setup
+	$(PY) -m experiments.reproduce_check --scale $(SCALE) --seeds "$(RC_SEEDS)" --runs-root $(RUNS)/reproduce_check $(if $(strip $(JOBS)),--jobs $(JOBS)) $(EXP_FLAGS)
 
 experiments-list: setup
 	$(EXP_RUN) list

@@ -193,6 +193,10 @@ class RunRecords:
     def __len__(self) -> int:
         return len(self._by_key)
 
+    def seeds(self) -> list[int]:
+        """Every seed some record has."""
+        return sorted({key[-1] for key in self._by_key})
+
     @staticmethod
     def key(spec: RunSpec) -> tuple[str, str, str, str, str, int]:
         return (spec.group, spec.scale, spec.dataset, spec.model, spec.variant, int(spec.seed))
