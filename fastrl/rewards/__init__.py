@@ -72,7 +72,7 @@ def get_reward_fn(name: str) -> RewardFn:
 
 
 def failure_counts() -> dict[str, int]:
-    """Process-wide failures of ``guarded_call`` (and so of ``math.compute_score``) so far."""
+    """Process-wide failures of ``guarded_call`` (and so of ``compute_score``) so far."""
     with _counts_lock:
         return dict(_FAILURE_COUNTS)
 
@@ -108,6 +108,11 @@ def guarded_call(
     return scores
 
 
+def compute_score(response: str, ground_truth: str) -> dict[str, float]:
+    """The paper's math reward, time-boxed: ``{"overall", "format", "accuracy"}``; 0s on hang/error."""
+    return guarded_call("math", response, ground_truth)
+
+
 def score_batch(
     fn_name: str,
     responses: Sequence[str],
@@ -140,5 +145,5 @@ def score_batch(
 
 
 __all__ = [
-    "REWARD_FUNCTIONS", "REWARD_KEYS", "RECORD_FIELDS", "GROUND_TRUTH_CHECKS", "ground_truth_problem", "get_reward_fn", "guarded_call", "score_batch", "failure_counts",
+    "REWARD_FUNCTIONS", "REWARD_KEYS", "RECORD_FIELDS", "GROUND_TRUTH_CHECKS", "ground_truth_problem", "get_reward_fn", "guarded_call", "compute_score", "score_batch", "failure_counts",
 ]

@@ -7,9 +7,9 @@ The returned ``"format"`` key holds the indicator (0 or 1), not the 0.5 it contr
 
 EasyR1: ``<think>`` tags, ``overall = 0.9 · accuracy + 0.1 · format``.
 
-``compute_score`` is time-boxed (a hang or an exception scores all zeros and is counted in
-``fastrl.rewards.failure_counts()``); the ``*_unguarded`` functions are what the registry holds
-and what ``score_batch`` time-boxes itself.
+``fastrl.rewards.compute_score`` is the paper's reward time-boxed (a hang or an exception scores
+all zeros and is counted in ``fastrl.rewards.failure_counts()``); the ``*_unguarded`` functions
+here are what the registry holds and what ``score_batch`` time-boxes itself.
 """
 
 from __future__ import annotations
@@ -44,10 +44,3 @@ def easyr1_compute_score_unguarded(
     fmt = format_indicator(response, "think")
     acc = accuracy(response, ground_truth)
     return {"overall": (1.0 - format_weight) * acc + format_weight * fmt, "format": fmt, "accuracy": acc}
-
-
-def compute_score(response: str, ground_truth: str) -> dict[str, float]:
-    """The paper's reward, time-boxed: ``{"overall", "format", "accuracy"}``; 0s on hang/error."""
-    from fastrl.rewards import guarded_call
-
-    return guarded_call("math", response, ground_truth)

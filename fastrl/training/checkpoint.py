@@ -52,7 +52,7 @@ import torch
 
 from fastrl.training import distributed as D
 from fastrl.training.actor import Actor
-from fastrl.training.run_dir import fault_point
+from fastrl.training.faults import fault_point
 
 log = logging.getLogger(__name__)
 

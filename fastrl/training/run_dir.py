@@ -25,7 +25,6 @@ import fcntl
 import json
 import logging
 import os
-import signal
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -83,23 +82,6 @@ ADDED_KEYS: dict[str, Any] = {"trainer.optim.betas": [0.9, 0.999], "trainer.opti
 # rule); algorithm.ars.rule is gone (the scaler's name is its rule). Its period was shared.
 ARS_RETENTION_KEYS = ("n_min", "n_max", "beta", "headroom", "rho_high", "grow_step", "per_prompt")
 ARS_RULE_KEY = "algorithm.ars.rule"
-
-
-# Test hook: FASTRL_TEST_KILL_AT=<point>[:<k>] SIGKILLs this process the k-th time (default: first)
-# it reaches fault_point(<point>); tests aim kills inside a checkpoint write with it. Unset, it
-# costs one dict lookup.
-KILL_ENV = "FASTRL_TEST_KILL_AT"
-_fault_hits: dict[str, int] = {}
-
-
-def fault_point(name: str) -> None:
-    """SIGKILL this process here when ``$FASTRL_TEST_KILL_AT`` names this point (tests only)."""
-    target = os.environ.get(KILL_ENV)
-    if not target or target.split(":")[0] != name:
-        return
-    _fault_hits[name] = _fault_hits.get(name, 0) + 1
-    if _fault_hits[name] == int(target.partition(":")[2] or 1):
-        os.kill(os.getpid(), signal.SIGKILL)
 
 
 class RunDirError(ValueError):

@@ -1,7 +1,7 @@
 """SIGKILL a smoke run over and over, resuming after each kill: the resumed run ends with exactly
 the metrics (every non-timing value) and final weights of an uninterrupted run.
 
-At least 10 kills: aimed ones (``$FASTRL_TEST_KILL_AT``, fastrl.training.run_dir.fault_point) inside
+At least 10 kills: aimed ones (``$FASTRL_TEST_KILL_AT``, fastrl.training.faults.fault_point) inside
 both checkpoint writes, between the two renames of the end-of-run re-save (total_steps % save_every
 == 0), after a step's log line, around the final line, and kills at random times. A kill that
 lands after the run finished starts a new episode in a fresh run dir. Runs are forked from a
@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 
 from fastrl.training.metrics import read_metrics
-from fastrl.training.run_dir import KILL_ENV
+from fastrl.training.faults import KILL_ENV
 
 OVERRIDES = ["trainer.total_steps=4", "trainer.save_every=2", "algorithm.prompt_selector=greso"]
 RANDOM = "random"

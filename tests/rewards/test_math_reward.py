@@ -10,7 +10,8 @@ import pytest
 
 from fastrl.rewards import REWARD_FUNCTIONS, score_batch
 from fastrl.rewards.common import extract_boxed
-from fastrl.rewards.math import compute_score, easyr1_compute_score_unguarded
+from fastrl.rewards import compute_score
+from fastrl.rewards.math import easyr1_compute_score_unguarded
 
 SHARED = Path(os.environ.get("FASTRL_SHARED_DIR", Path(__file__).resolve().parents[2].parent / "shared"))
 

@@ -18,6 +18,7 @@ from fastrl.training import checkpoint as C
 from fastrl.training import run_dir as R
 from fastrl.training.actor import Actor
 from fastrl.training.metrics import RunLogger, read_metrics
+from fastrl.training.faults import KILL_ENV
 
 
 def _cfg(*overrides: str):
@@ -186,9 +187,9 @@ def test_a_resave_killed_between_its_renames_stays_resumable(tmp_path: Path) -> 
 
 
 def test_the_kill_hook_fires_on_the_kth_arrival(tmp_path: Path) -> None:
-    code = ("from fastrl.training.run_dir import fault_point as f\n"
+    code = ("from fastrl.training.faults import fault_point as f\n"
             "for i in range(5):\n    print(i, flush=True); f('here')\n")
-    env = {**os.environ, R.KILL_ENV: "here:3", "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+    env = {**os.environ, KILL_ENV: "here:3", "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
     start = time.time()
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
     assert out.returncode == -9 and out.stdout.split() == ["0", "1", "2"], (out, time.time() - start)
