@@ -85,7 +85,7 @@ def portable_command(command: str | None) -> str | None:
 
 def current_override(override: str) -> str:
     """``key=value`` under the schema's current key name (``fastrl.training.run_dir.RENAMED_KEYS``)."""
-    from fastrl.training.run_dir import RENAMED_KEYS
+    from fastrl.migrations import RENAMED_KEYS
 
     key, sep, value = override.partition("=")
     return f"{RENAMED_KEYS.get(key, key)}{sep}{value}" if sep else override

@@ -54,14 +54,14 @@ def train(config: str | Path | FastRLConfig, overrides: Sequence[str] = (), scal
     imported before the config is read (plug-in components: ``fastrl train --import``).
 
     An existing run in ``trainer.run_dir`` resumes when the config is its own (up to the keys of
-    fastrl.training.run_dir.RESUMABLE_KEYS), else it is a RunDirError; a finished run is not
+    fastrl.training.identity.RESUMABLE_KEYS), else it is a RunDirError; a finished run is not
     retrained (the summary then has ``"status": "finished"``). ``force_new=True`` moves the old run
     aside to ``<run_dir>.replaced-<UTC time>/`` and starts over.
 
     Returns ``Trainer.fit()``'s summary plus ``method`` and ``run_dir``; the run's metrics are in
     ``<run_dir>/metrics.jsonl``, the summary in ``<run_dir>/summary.json`` and its final policy in
     ``<run_dir>/final``."""
-    from fastrl.training.run_dir import check_unlocked
+    from fastrl.training.lock import check_unlocked
 
     cfg = _config(config, overrides, scale, imports)
     check_unlocked(Path(cfg.trainer.run_dir))  # a run dir in use fails now, not after torch's import

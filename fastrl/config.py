@@ -25,7 +25,7 @@ from omegaconf.errors import OmegaConfBaseException
 
 from fastrl.algorithms import registry
 from fastrl.algorithms.loss_modes import AGG_MODES, CONSTANT_NORM_MODE
-from fastrl import engines
+from fastrl import engines, migrations
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 CONFIG_ROOT = REPO_ROOT / "configs"
@@ -608,6 +608,11 @@ def _load_yaml_tree(path: Path, seen: tuple[Path, ...] = ()) -> list[tuple[Path,
     data = read_yaml(path) or {}
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: top level must be a mapping, got {type(data).__name__}")
+    if migrations.VERSION_KEY in data:  # a config written by save_config: under today's schema
+        try:
+            data = migrations.upgrade_tree(data)
+        except ValueError as exc:
+            raise ConfigError(f"{path}: {exc}") from None
     defaults = data.pop("defaults", []) or []
     if not isinstance(defaults, list) or not all(isinstance(d, str) for d in defaults):
         raise ConfigError(f"{path}: 'defaults' must be a list of config files, e.g. defaults: [methods/grpo.yaml]; "
@@ -728,6 +733,8 @@ def to_dict(cfg: FastRLConfig) -> dict[str, Any]:
 
 
 def save_config(cfg: FastRLConfig, path: Path) -> None:
+    """``cfg`` as YAML with its ``schema_version`` (``fastrl.migrations``): ``load_config`` reads
+    the file back, migrated, under any later schema."""
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "w") as fh:
-        yaml.safe_dump(to_dict(cfg), fh, sort_keys=False)
+        yaml.safe_dump({migrations.VERSION_KEY: migrations.SCHEMA_VERSION, **to_dict(cfg)}, fh, sort_keys=False)

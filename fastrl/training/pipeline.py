@@ -37,7 +37,9 @@ from fastrl.training.batch import PromptColumn, ResponseColumns, RolloutBatch
 from fastrl.training.components import Components, build_components, prune_view
 from fastrl.training.metrics import RunLogger, StageTimer, progress_postfix
 from fastrl.training.faults import fault_point
-from fastrl.training.run_dir import FINAL_DIR, Opening, RunDirError, RunLock, open_run, write_identity, write_summary
+from fastrl.training.identity import write_identity
+from fastrl.training.lock import RunDirError, RunLock
+from fastrl.training.run_dir import FINAL_DIR, Opening, open_run, write_summary
 from fastrl.training.setup import PolicyBundle, build_policy, limit_prompts, load_dataset_splits
 from fastrl.training.update import LossSettings, compute_logprobs, plan_minibatches, rank_plan, update_policy
 

@@ -69,7 +69,7 @@ COMMITTED = Path(__file__).resolve().parents[2] / "paper_figures" / "generated" 
 
 def test_committed_run_metadata_is_portable_and_under_current_key_names():
     """What a user re-runs from the committed metadata must run on their machine, as it is."""
-    from fastrl.training.run_dir import RENAMED_KEYS
+    from fastrl.migrations import RENAMED_KEYS
 
     files = sorted((COMMITTED / E.METADATA_DIR).glob("*.jsonl"))
     assert files

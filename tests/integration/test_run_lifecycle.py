@@ -16,6 +16,8 @@ import pytest
 
 from fastrl import api
 from fastrl.config import REPO_ROOT
+from fastrl.training import identity as I
+from fastrl.training import lock as L
 from fastrl.training import run_dir as R
 from fastrl.training import setup as S
 from fastrl.training.metrics import read_metrics
@@ -42,9 +44,9 @@ def test_resume_with_a_changed_config_is_refused_before_any_model(tmp_path: Path
     (run / "final").rename(run / "final.x")  # make it an unfinished run with checkpoints
     saved = (run / "config.yaml").read_text()
     _no_model(monkeypatch)
-    with pytest.raises(R.RunDirError, match=r"algorithm.mdap.tau: 0.8 -> 0.2; .*trainer.optim.lr: 0.0001 -> 0.01"):
+    with pytest.raises(L.RunDirError, match=r"algorithm.mdap.tau: 0.8 -> 0.2; .*trainer.optim.lr: 0.0001 -> 0.01"):
         _train(run, "trainer.total_steps=3", "algorithm.mdap.tau=0.2", "trainer.optim.lr=1e-2")
-    with pytest.raises(R.RunDirError, match=r"method: 'fastrl' -> 'grpo'"):
+    with pytest.raises(L.RunDirError, match=r"method: 'fastrl' -> 'grpo'"):
         _train(run, "trainer.total_steps=3", method="grpo")
     assert (run / "config.yaml").read_text() == saved  # the identity is never rewritten
 
@@ -58,7 +60,7 @@ def test_a_finished_run_is_not_retrained_and_extends_on_request(tmp_path: Path, 
         again = _train(run)
         assert again["status"] == "finished" and again["summary_path"] == str(run / R.SUMMARY_FILE)
         assert again["acc_after"] == first["acc_after"]
-        with pytest.raises(R.RunDirError, match=r"trainer.seed: 1 -> 7"):
+        with pytest.raises(L.RunDirError, match=r"trainer.seed: 1 -> 7"):
             _train(run, "trainer.seed=7")
     assert (run / "metrics.jsonl").read_bytes() == log
     assert (run / "final" / "config.json").stat().st_mtime_ns == final
@@ -134,7 +136,7 @@ ENV = {**os.environ, "DS_ACCELERATOR": "cpu", "HF_HUB_OFFLINE": "1", "PYTHONPATH
 
 def test_a_second_writer_exits_at_once_naming_the_holder(tmp_path: Path) -> None:
     run = tmp_path / "run"
-    holder = R.RunLock(run)
+    holder = L.RunLock(run)
     holder.acquire()  # this process plays the running trainer
     try:
         start = time.time()
@@ -143,7 +145,7 @@ def test_a_second_writer_exits_at_once_naming_the_holder(tmp_path: Path) -> None
         holder.release()
     assert out.returncode == 2 and out.stdout == ""
     assert out.stderr.strip().splitlines() == [
-        f"fastrl: error: {run} is in use by another run (pid {os.getpid()}, lock {run / R.LOCK_FILE}); "
+        f"fastrl: error: {run} is in use by another run (pid {os.getpid()}, lock {run / L.LOCK_FILE}); "
         "wait for it to end or use another trainer.run_dir"]
     assert time.time() - start < 30  # before torch is imported (about 0.2 s here)
 

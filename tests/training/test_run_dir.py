@@ -15,6 +15,8 @@ import torch
 
 from fastrl.config import ModelConfig, OptimConfig, TrainerConfig, load_config, save_config
 from fastrl.training import checkpoint as C
+from fastrl.training import identity as I
+from fastrl.training import lock as L
 from fastrl.training import run_dir as R
 from fastrl.training.actor import Actor
 from fastrl.training.metrics import RunLogger, read_metrics
@@ -26,19 +28,19 @@ def _cfg(*overrides: str):
 
 
 def test_identity_names_every_changed_key_and_allows_the_resumable_ones(tmp_path: Path) -> None:
-    save_config(_cfg("algorithm.mdap.tau=0.8"), tmp_path / R.CONFIG_FILE)
-    R.check_identity(tmp_path, _cfg("algorithm.mdap.tau=0.8", "trainer.total_steps=9", "trainer.val_every=3",
+    save_config(_cfg("algorithm.mdap.tau=0.8"), tmp_path / I.CONFIG_FILE)
+    I.check_identity(tmp_path, _cfg("algorithm.mdap.tau=0.8", "trainer.total_steps=9", "trainer.val_every=3",
                                     "trainer.save_every=1", "trainer.progress=true", f"trainer.run_dir={tmp_path}/x"))
-    with pytest.raises(R.RunDirError) as err:
-        R.check_identity(tmp_path, _cfg("algorithm.mdap.tau=0.2", "trainer.optim.lr=1e-2"))
+    with pytest.raises(L.RunDirError) as err:
+        I.check_identity(tmp_path, _cfg("algorithm.mdap.tau=0.2", "trainer.optim.lr=1e-2"))
     msg = str(err.value)
     assert "\n" not in msg
     assert "algorithm.mdap.tau: 0.8 -> 0.2" in msg and "trainer.optim.lr: 0.0001 -> 0.01" in msg
     assert "--force-new" in msg
     # FastRL -> GRPO: the components and the label.
     grpo = load_config("methods/grpo.yaml", [], scale="smoke")
-    with pytest.raises(R.RunDirError, match=r"algorithm.pruner: 'mdap' -> 'none'.*method: 'fastrl' -> 'grpo'"):
-        R.check_identity(tmp_path, grpo)
+    with pytest.raises(L.RunDirError, match=r"algorithm.pruner: 'mdap' -> 'none'.*method: 'fastrl' -> 'grpo'"):
+        I.check_identity(tmp_path, grpo)
 
 
 @pytest.mark.parametrize("scale", ["smoke", "paper"])
@@ -47,23 +49,23 @@ def test_a_run_written_before_the_optim_and_tiny_renames_is_the_same_run(tmp_pat
     offload or model.source) is the identity of the same run under the renamed keys; a real
     change is still named under its new key."""
     fixture = Path(__file__).parent / "data" / f"config_655ab51_fastrl_{scale}.yaml"
-    shutil.copy(fixture, tmp_path / R.CONFIG_FILE)
+    shutil.copy(fixture, tmp_path / I.CONFIG_FILE)
     assert "lr_warmup_steps" in fixture.read_text() and "optim" not in fixture.read_text()
     same = load_config("methods/fastrl.yaml", [f"trainer.run_dir={tmp_path}"], scale=scale)
-    R.check_identity(tmp_path, same)
+    I.check_identity(tmp_path, same)
     for override, change in [("trainer.optim.lr=0.5", "trainer.optim.lr: "), ("trainer.optim.eps=0.1", "trainer.optim.eps: 1e-08 -> 0.1")]:
-        with pytest.raises(R.RunDirError, match=change):
-            R.check_identity(tmp_path, load_config("methods/fastrl.yaml", [override], scale=scale))
+        with pytest.raises(L.RunDirError, match=change):
+            I.check_identity(tmp_path, load_config("methods/fastrl.yaml", [override], scale=scale))
 
 
 def test_resumable_keys_exist_in_the_schema() -> None:
     from fastrl.config import valid_keys
 
-    assert set(R.RESUMABLE_KEYS) <= set(valid_keys())
+    assert set(I.RESUMABLE_KEYS) <= set(valid_keys())
 
 
 def _hold_lock_in_child(run_dir: Path) -> subprocess.Popen:
-    code = ("import sys, time; from fastrl.training.run_dir import RunLock; "
+    code = ("import sys, time; from fastrl.training.lock import RunLock; "
             f"l = RunLock({str(run_dir)!r}); l.acquire(); print('held', flush=True); time.sleep(60)")
     proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True,
                             env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])})
@@ -74,28 +76,28 @@ def _hold_lock_in_child(run_dir: Path) -> subprocess.Popen:
 def test_second_writer_fails_naming_the_holder_and_a_killed_holder_leaves_no_stale_lock(tmp_path: Path) -> None:
     holder = _hold_lock_in_child(tmp_path)
     try:
-        with pytest.raises(R.RunDirError, match=rf"in use by another run \(pid {holder.pid},"):
-            R.RunLock(tmp_path).acquire()
-        with pytest.raises(R.RunDirError, match=f"pid {holder.pid}"):
-            R.check_unlocked(tmp_path)
+        with pytest.raises(L.RunDirError, match=rf"in use by another run \(pid {holder.pid},"):
+            L.RunLock(tmp_path).acquire()
+        with pytest.raises(L.RunDirError, match=f"pid {holder.pid}"):
+            L.check_unlocked(tmp_path)
     finally:
         holder.kill()
         holder.wait()
-    lock = R.RunLock(tmp_path)
+    lock = L.RunLock(tmp_path)
     lock.acquire()  # the OS dropped the dead holder's lock
-    assert (tmp_path / R.LOCK_FILE).read_text().strip() == str(os.getpid())
+    assert (tmp_path / L.LOCK_FILE).read_text().strip() == str(os.getpid())
     lock.release()
 
 
 def test_other_ranks_of_a_run_never_probe_the_lock(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    lock = R.RunLock(tmp_path)
+    lock = L.RunLock(tmp_path)
     lock.acquire()  # rank 0 of this launch
     try:
         monkeypatch.setenv("RANK", "1")
-        R.check_unlocked(tmp_path)  # rank 1 of the same launch: no lock, no error
+        L.check_unlocked(tmp_path)  # rank 1 of the same launch: no lock, no error
         monkeypatch.setenv("RANK", "0")
-        with pytest.raises(R.RunDirError):
-            R.check_unlocked(tmp_path)
+        with pytest.raises(L.RunDirError):
+            L.check_unlocked(tmp_path)
     finally:
         lock.release()
 
@@ -104,12 +106,12 @@ def test_move_aside_keeps_everything_and_the_lock(tmp_path: Path) -> None:
     run = tmp_path / "run"
     (run / "ckpt").mkdir(parents=True)
     (run / "metrics.jsonl").write_text("{}\n")
-    lock = R.RunLock(run)
+    lock = L.RunLock(run)
     lock.acquire()
     moved = R.move_aside(run)
     assert moved is not None and moved.name.startswith("run" + R.REPLACED_INFIX)
     assert sorted(p.name for p in moved.iterdir()) == ["ckpt", "metrics.jsonl"]
-    assert [p.name for p in run.iterdir()] == [R.LOCK_FILE]
+    assert [p.name for p in run.iterdir()] == [L.LOCK_FILE]
     assert R.move_aside(run) is None  # nothing left to move
     lock.release()
 
@@ -198,15 +200,15 @@ def test_the_kill_hook_fires_on_the_kth_arrival(tmp_path: Path) -> None:
 def test_the_readme_lists_the_resumable_keys() -> None:
     readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
     section = readme.split("### Failure behaviour: the run directory", 1)[1].split("\n## ", 1)[0]
-    assert all(f"`{key}`" in section for key in R.RESUMABLE_KEYS)
+    assert all(f"`{key}`" in section for key in I.RESUMABLE_KEYS)
 
 
 def test_a_config_with_one_ars_section_reads_under_the_per_rule_sections():
     """A config.yaml written after the trainer.optim rename but before the per-rule ARS sections."""
-    from fastrl.training.run_dir import upgrade_saved
+    from fastrl.migrations import upgrade
 
     saved = {"trainer.optim.lr": 1e-4, "algorithm.ars.rule": "retention", "algorithm.ars.n_floor": 2,
              "algorithm.ars.period_steps": 5, "algorithm.ars.n_min": 2, "algorithm.ars.per_prompt": False}
-    assert upgrade_saved(saved) == {"trainer.optim.lr": 1e-4, "algorithm.ars.n_floor": 2,
+    assert upgrade(saved) == {"trainer.optim.lr": 1e-4, "algorithm.ars.n_floor": 2,
                                     "algorithm.ars.period_steps": 5, "algorithm.ars_retention.period_steps": 5,
                                     "algorithm.ars_retention.n_min": 2, "algorithm.ars_retention.per_prompt": False}
