@@ -58,7 +58,7 @@ RESUMABLE_KEYS: tuple[str, ...] = (
     "trainer.val_every",
     "trainer.save_every",
     "trainer.keep_checkpoints",
-    "trainer.tensorboard",
+    "trainer.loggers",
     "trainer.progress",
     "trainer.torch_threads",
     "rollout.logprob_check_tol",
@@ -83,6 +83,8 @@ ADDED_KEYS: dict[str, Any] = {"trainer.optim.betas": [0.9, 0.999], "trainer.opti
 # rule); algorithm.ars.rule is gone (the scaler's name is its rule). Its period was shared.
 ARS_RETENTION_KEYS = ("n_min", "n_max", "beta", "headroom", "rho_high", "grow_step", "per_prompt")
 ARS_RULE_KEY = "algorithm.ars.rule"
+# trainer.tensorboard (a boolean) became trainer.loggers (issue 27).
+TENSORBOARD_KEY = "trainer.tensorboard"
 
 
 # Test hook: FASTRL_TEST_KILL_AT=<point>[:<k>] SIGKILLs this process the k-th time (default: first)
@@ -127,7 +129,7 @@ def upgrade_saved(flat: Mapping[str, Any]) -> dict[str, Any]:
     """A flattened config.yaml of the schema before ``RENAMED_KEYS`` (and before the per-rule ARS
     sections) under the current names, with the values the code then fixed (``ADDED_KEYS``, and
     ``model.source`` as ``model.path`` chose it); a config of the current schema is returned as it is."""
-    out = _upgrade_ars_sections(flat)
+    out = _upgrade_loggers(_upgrade_ars_sections(flat))
     if not any(k in out for k in RENAMED_KEYS):
         return out
     renamed = {RENAMED_KEYS.get(k, k): v for k, v in out.items()}
@@ -135,6 +137,15 @@ def upgrade_saved(flat: Mapping[str, Any]) -> dict[str, Any]:
         renamed.setdefault(key, value)
     renamed.setdefault("model.source", "path" if out.get("model.path") else "tiny")
     return renamed
+
+
+def _upgrade_loggers(flat: Mapping[str, Any]) -> dict[str, Any]:
+    """``trainer.tensorboard: true|false`` (before ``trainer.loggers``) as the loggers it meant."""
+    if TENSORBOARD_KEY not in flat:
+        return dict(flat)
+    out = {k: v for k, v in flat.items() if k != TENSORBOARD_KEY}
+    out.setdefault("trainer.loggers", ["jsonl", "tensorboard"] if flat[TENSORBOARD_KEY] else ["jsonl"])
+    return out
 
 
 def _upgrade_ars_sections(flat: Mapping[str, Any]) -> dict[str, Any]:
