@@ -76,8 +76,9 @@ def train(config: str | Path | FastRLConfig, overrides: Sequence[str] = (), scal
 
     cfg = _config(config, overrides, scale, imports)
     check_unlocked(Path(cfg.trainer.run_dir))  # a run dir in use fails now, not after torch's import
-    for line in describe_config(cfg):
-        log.info(line)
+    if int(os.environ.get("RANK", "0")) == 0:  # once per launch, not once per rank
+        for line in describe_config(cfg):
+            log.info(line)
     default_accelerator()
     from fastrl.training.pipeline import Trainer
 
