@@ -113,12 +113,14 @@ def describe_config(cfg: FastRLConfig) -> list[str]:
 def closing_line(summary: Mapping[str, Any], wall_s: float) -> str:
     """What ``fastrl train`` prints last: accuracy, time, and where the policy and metrics are."""
     run = Path(str(summary["run_dir"]))
-    if summary.get("status") == "finished":
-        return f"{summary['message']}; policy {run / 'final'}, metrics {run / 'metrics.jsonl'}"
 
     def acc(key: str) -> str:
         value = summary.get(key)
         return "n/a" if value is None else f"{value:.3f}"
+
+    if summary.get("status") == "finished":
+        return (f"{summary['message']}; val accuracy {acc('acc_before')} -> {acc('acc_after')}; "
+                f"policy {run / 'final'}, metrics {run / 'metrics.jsonl'}")
 
     resumed = summary.get("resumed_from_step")
     return (f"{summary.get('method', 'run')} done: {summary.get('steps')} steps"

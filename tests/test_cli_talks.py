@@ -103,3 +103,8 @@ def test_progress_logs_a_tenth_at_a_time_outside_a_terminal(caplog):
             p.update(2)
     lines = [r.getMessage() for r in caplog.records]
     assert len(lines) == 10 and lines[-1].startswith("eval x: 20/20 responses")
+
+
+def test_a_finished_run_says_so_with_its_accuracy():
+    line = api.closing_line({**SUMMARY, "status": "finished", "message": "runs/x: finished, nothing to do"}, 1.0)
+    assert line.startswith("runs/x: finished, nothing to do; val accuracy 0.250 -> 0.375; policy runs/x/final")
