@@ -125,6 +125,7 @@ def check_eval_args(args: argparse.Namespace) -> dict[str, Path]:
 
 def cmd_eval(args: argparse.Namespace) -> int:
     dirs = check_eval_args(args)
+    api.default_accelerator()
     from fastrl.evaluation.metrics import markdown_table
     from fastrl.models.device import resolve_device
 
@@ -306,7 +307,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if extra:
         args.overrides = [*args.overrides, *extra]
     configure_logging("WARNING" if args.quiet else args.log_level)
-    api.default_accelerator()
+    if args.func is not cmd_eval:  # eval checks its arguments first (torch's import takes seconds)
+        api.default_accelerator()
     try:
         code = int(args.func(args) or 0)
     # Bad input: ConfigError, DataError and RecordError are ValueErrors; a missing file or model path
