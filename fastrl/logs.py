@@ -2,7 +2,8 @@
 
 - ``configure(level)`` (the CLI calls it: INFO by default, ``--log-level``, ``-q`` = WARNING) gives
   the ``fastrl`` loggers one handler on stderr, ``HH:MM:SS message``. Third-party loggers keep
-  their own level (WARNING) unless the level is DEBUG. Without it (``import fastrl`` from Python)
+  their own level (WARNING) unless the level is DEBUG; transformers' own bars are off when stderr is
+  not a terminal or under ``-q``. Without it (``import fastrl`` from Python)
   only warnings reach stderr, as Python's default does, unless the caller configures logging.
 - ``progress_bar(total, desc)`` is a tqdm bar on stderr when stderr is a terminal and the
   ``fastrl`` logger is not quieted (``-q``); else None, and callers log a line now and then
@@ -13,6 +14,7 @@
 from __future__ import annotations
 
 import logging
+import os
 import sys
 from typing import Any
 
@@ -48,6 +50,8 @@ def configure(level: str = "INFO") -> None:
     # handler) still sees them, but Python's last-resort handler no longer doubles warnings.
     if level.upper() == "DEBUG":
         logging.getLogger().setLevel(logging.DEBUG)
+    if quiet() or not sys.stderr.isatty():  # transformers' and the hub's bars: carriage returns in a log file
+        os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
 
 
 def quiet() -> bool:
