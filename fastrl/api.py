@@ -13,12 +13,17 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import logging
 import os
 import re
+import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Iterable, Mapping, Sequence
 
 from fastrl.config import ConfigError, FastRLConfig, load_config
+from fastrl.logs import duration
+
+log = logging.getLogger(__name__)
 
 if TYPE_CHECKING:
     import torch
@@ -46,6 +51,12 @@ def _config(config: str | Path | FastRLConfig, overrides: Sequence[str], scale: 
     return load_config(config, list(overrides), scale=scale, imports=imports)
 
 
+def load_run_config(config: str | Path, overrides: Sequence[str] = (), scale: str | None = None, *,
+                    imports: Sequence[str] = ()) -> FastRLConfig:
+    """The config ``train`` would run with these arguments (``fastrl train ... --print-config``)."""
+    return _config(config, overrides, scale, imports)
+
+
 def train(config: str | Path | FastRLConfig, overrides: Sequence[str] = (), scale: str | None = None, *,
           force_new: bool = False, imports: Sequence[str] = ()) -> dict[str, Any]:
     """Train one run: ``config`` is a YAML under ``configs/`` (e.g. ``methods/fastrl.yaml``), a path
@@ -65,12 +76,58 @@ def train(config: str | Path | FastRLConfig, overrides: Sequence[str] = (), scal
 
     cfg = _config(config, overrides, scale, imports)
     check_unlocked(Path(cfg.trainer.run_dir))  # a run dir in use fails now, not after torch's import
+    if int(os.environ.get("RANK", "0")) == 0:  # once per launch, not once per rank
+        for line in describe_config(cfg):
+            log.info(line)
     default_accelerator()
     from fastrl.training.pipeline import Trainer
 
     summary = Trainer(cfg, force_new=force_new).fit()
     summary.update({"method": cfg.method, "run_dir": cfg.trainer.run_dir})
     return summary
+
+
+def describe_config(cfg: FastRLConfig) -> list[str]:
+    """The resolved config's key lines, printed when a run starts (``--print-config``: all of it)."""
+    a, t, r, m, d = cfg.algorithm, cfg.trainer, cfg.rollout, cfg.model, cfg.data
+    parts = [f"advantage {a.advantage}", f"prompt_selector {a.prompt_selector}", f"group_filter {a.group_filter}",
+             f"pruner {a.pruner}", f"rollout_scaler {a.rollout_scaler}", f"policy_loss {a.policy_loss}",
+             f"loss_agg {a.loss_agg}", f"kl_coef {a.kl_coef}"]
+    for section in (a.pruner, a.rollout_scaler):  # a chosen component's own options
+        options = getattr(a, section, None)
+        if dataclasses.is_dataclass(options):
+            parts.append(f"{section}: " + ", ".join(f"{k} {v}" for k, v in dataclasses.asdict(options).items()))
+    model = (f"{m.path} ({m.dtype})" if m.source == "path"
+             else f"tiny {m.kind} ({m.tiny.hidden_size} wide, {m.tiny.num_layers} layers; SFT warm start "
+                  f"{m.tiny.sft_steps} steps)")
+    return [
+        f"method {cfg.method}: " + "; ".join(parts),
+        f"model {model}; rollout engine {r.engine}, device {m.device}",
+        f"scale {cfg.scale}: {t.total_steps} steps x {t.prompts_per_step} prompts x n {r.n}, lr {t.optim.lr}, "
+        f"seed {t.seed}; data {d.task if d.task != 'files' else ', '.join(d.train_files)} "
+        f"({d.num_train} train, {d.num_val} val)",
+        f"run_dir {t.run_dir} (loggers: {', '.join(t.loggers)}; every key: fastrl train ... --print-config)",
+    ]
+
+
+def closing_line(summary: Mapping[str, Any], wall_s: float) -> str:
+    """What ``fastrl train`` prints last: accuracy, time, and where the policy and metrics are."""
+    run = Path(str(summary["run_dir"]))
+
+    def acc(key: str) -> str:
+        value = summary.get(key)
+        return "n/a" if value is None else f"{value:.3f}"
+
+    if summary.get("status") == "finished":
+        return (f"{summary['message']}; val accuracy {acc('acc_before')} -> {acc('acc_after')}; "
+                f"policy {run / 'final'}, metrics {run / 'metrics.jsonl'}")
+
+    resumed = summary.get("resumed_from_step")
+    return (f"{summary.get('method', 'run')} done: {summary.get('steps')} steps"
+            f"{f' (resumed from step {resumed})' if resumed is not None else ''} in {duration(wall_s)} "
+            f"(training {duration(float(summary.get('train_wall_s') or 0.0))}); val accuracy {acc('acc_before')} -> "
+            f"{acc('acc_after')}; policy {summary.get('final_model')}, metrics {run / 'metrics.jsonl'}, "
+            f"summary {run / 'summary.json'}")
 
 
 def sweep_points(spec: Mapping[str, Sequence[Any]]) -> list[list[str]]:
@@ -88,13 +145,32 @@ def sweep(sweep_file: str | Path, overrides: Sequence[str] = (), scale: str | No
     spec = read_yaml(path) or {}  # a duplicate key or a syntax error: one line with file:line:column
     if set(spec) - {"base", "sweep"} or "base" not in spec or "sweep" not in spec:
         raise ConfigError(f"{path}: a sweep file has exactly the keys 'base' (a config) and 'sweep' (key: [values])")
-    base_run = load_config(spec["base"], list(overrides), scale=scale).trainer.run_dir
+    base = load_config(spec["base"], list(overrides), scale=scale)
+    points = sweep_points(spec["sweep"])
+    log.info("sweep %s: %d point(s) of %s (%s scale, %d steps each), runs under %s/sweep/", path.name, len(points),
+             spec["base"], base.scale, base.trainer.total_steps, base.trainer.run_dir)
     results = []
-    for point in sweep_points(spec["sweep"]):
+    start = time.perf_counter()
+    for i, point in enumerate(points, start=1):
         tag = ",".join(p.replace("algorithm.", "") for p in point)
-        run_dir = f"{base_run}/sweep/{tag}"
+        run_dir = f"{base.trainer.run_dir}/sweep/{tag}"
+        log.info("sweep point %d/%d: %s", i, len(points), " ".join(point))
         results.append({"point": point, **train(spec["base"], [*overrides, *point, f"trainer.run_dir={run_dir}"], scale)})
+        elapsed = time.perf_counter() - start
+        log.info("sweep point %d/%d done: %s (%s so far, about %s left)", i, len(points),
+                 sweep_point_line(results[-1]), duration(elapsed), duration(elapsed / i * (len(points) - i)))
     return results
+
+
+def sweep_point_line(result: Mapping[str, Any]) -> str:
+    """One sweep point's result: ``tau=0.6: val accuracy 0.412 -> 0.475, 20 steps, runs/.../sweep/tau=0.6``."""
+    def acc(key: str) -> str:
+        value = result.get(key)
+        return "n/a" if value is None else f"{value:.3f}"
+
+    state = " (finished before, not retrained)" if result.get("status") == "finished" else ""
+    return (f"{' '.join(result['point'])}: val accuracy {acc('acc_before')} -> {acc('acc_after')}, "
+            f"{result.get('steps')} steps, {result.get('run_dir')}{state}")
 
 
 def sft(config: str | Path | FastRLConfig = "methods/grpo.yaml", overrides: Sequence[str] = (),
@@ -152,6 +228,43 @@ def resolve_eval_model(model: str | Path, *, name: str = "model") -> str | Path:
                          "and export final/, or pass a model directory")
     raise ValueError(f"{name} {str(model)!r} is a directory without config.json: not a run directory nor a Hugging "
                      "Face model directory")
+
+
+def benchmark_name(spec: str) -> str:
+    """The name a ``--benchmark`` spec has in eval.json: NAME of ``NAME=PATH``, else the spec."""
+    return spec.split("=", 1)[0] if "=" in spec else spec
+
+
+def check_benchmark_spec(spec: str) -> None:
+    """A ``--benchmark`` that names no task, variant or file is one line (with the valid names),
+    before any model loads: ``NAME=PATH`` needs an existing file, ``TASK[:VARIANT]`` a known pair."""
+    import difflib
+
+    from fastrl.mini.tasks import OOD_ALIAS, TASKS, VARIANTS
+
+    if "=" in spec:
+        name, path = spec.split("=", 1)
+        if not name or not path:
+            raise ValueError(f"--benchmark {spec!r}: expected NAME=PATH (e.g. math500=data/prepared/math500.parquet)")
+        if not Path(path).is_file():
+            raise FileNotFoundError(f"--benchmark {spec!r}: no file {path}")
+        return
+    task, _, variant = spec.partition(":")
+    if task not in TASKS:
+        close = difflib.get_close_matches(task, TASKS, n=1)
+        raise ValueError(f"--benchmark {spec!r}: unknown task {task!r}"
+                         f"{f'; did you mean {close[0]!r}?' if close else '.'} Valid: {benchmark_names_help()}; "
+                         "or NAME=PATH.parquet|jsonl for a file")
+    if variant and variant not in (*VARIANTS[task], "ood"):
+        raise ValueError(f"--benchmark {spec!r}: {task} has no variant {variant!r}; valid: "
+                         f"{', '.join(VARIANTS[task])}, or ood (= {OOD_ALIAS[task]})")
+
+
+def benchmark_names_help() -> str:
+    """``mini-math[:default|long|swap|ood], ...``: the generated benchmarks ``--benchmark`` takes."""
+    from fastrl.mini.tasks import TASKS, VARIANTS
+
+    return ", ".join(f"{t}[:{'|'.join((*VARIANTS[t], 'ood'))}]" for t in TASKS)
 
 
 def parse_benchmark(spec: str) -> tuple[str, list[Record]]:
@@ -218,6 +331,12 @@ def evaluate(
     ``fastrl.evaluation.evaluate.evaluate``'s JSON-ready dict (``split_by_benchmark`` splits it).
     """
     resolved = resolve_eval_model(model)
+    if not isinstance(benchmarks, Mapping):
+        for b in benchmarks:  # a misspelt name fails here, not after the imports and the model load
+            check_benchmark_spec(b)
+    names = list(benchmarks) if isinstance(benchmarks, Mapping) else [benchmark_name(b) for b in benchmarks]
+    check_templates_and_rewards(benchmark_choice(names, template, templates or {}, what="template"),
+                                benchmark_choice(names, reward, rewards or {}, what="reward"))
     from fastrl.config import check_engine_installed
     from fastrl.data.prompt_limit import PromptLimit
     from fastrl.evaluation.evaluate import evaluate as evaluate_engine
@@ -253,7 +372,7 @@ def evaluate(
         kit.close()
 
 
-def benchmark_choice(named: Mapping[str, Any], default: str, given: Mapping[str, str], *, what: str) -> dict[str, str]:
+def benchmark_choice(named: Iterable[str], default: str, given: Mapping[str, str], *, what: str) -> dict[str, str]:
     """{benchmark: ``given[benchmark]`` or ``default``}; a name in ``given`` that is no benchmark is an error."""
     unknown = sorted(set(given) - set(named))
     if unknown:
@@ -269,5 +388,8 @@ def check_templates_and_rewards(templates: Mapping[str, str], rewards: Mapping[s
     for name, t in templates.items():
         if t not in TEMPLATES:
             raise ValueError(f"eval: benchmark {name!r}: unknown prompt template {t!r}; valid: {sorted(TEMPLATES)}")
-    for r in rewards.values():
-        get_reward_fn(r)
+    for name, r in rewards.items():
+        try:
+            get_reward_fn(r)
+        except ValueError as exc:
+            raise ValueError(f"eval: benchmark {name!r}: {exc}") from None

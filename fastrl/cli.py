@@ -14,26 +14,45 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import os
 import sys
+import time
 import traceback
 from pathlib import Path
 from typing import Any, Sequence
 
 from fastrl import api  # torch-free to import: `fastrl --help` stays fast
 from fastrl.config import MODEL_DEVICES, MODEL_DTYPES, PROMPT_LENGTH_POLICIES, ROLLOUT_ENGINES
+from fastrl.logs import LEVELS
+from fastrl.logs import configure as configure_logging
 
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+log = logging.getLogger("fastrl.cli")
 
 
 def cmd_train(args: argparse.Namespace) -> int:
+    if args.print_config:
+        import yaml
+
+        from fastrl.config import to_dict
+
+        cfg = api.load_run_config(args.config, args.overrides, args.scale, imports=args.imports)
+        print(yaml.safe_dump(to_dict(cfg), sort_keys=False), end="")
+        return 0
+    start = time.perf_counter()
     summary = api.train(args.config, args.overrides, args.scale, force_new=args.force_new, imports=args.imports)
-    print(json.dumps(summary, indent=2))
+    print(json.dumps(summary, indent=2) if args.json else api.closing_line(summary, time.perf_counter() - start))
     return 0
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:
-    print(json.dumps(api.sweep(args.sweep, args.overrides, args.scale), indent=2))
+    results = api.sweep(args.sweep, args.overrides, args.scale)
+    if args.json:
+        print(json.dumps(results, indent=2))
+    else:
+        for r in results:
+            print(api.sweep_point_line(r))
     return 0
 
 
@@ -67,23 +86,46 @@ def name_value_pairs(pairs: Sequence[str], *, flag: str) -> dict[str, str]:
     return out
 
 
-def write_eval(results: dict[str, Any], out: Path, *, per_benchmark: bool) -> list[Path]:
-    """``<out>/eval.json`` (+ .md), or with ``per_benchmark`` one ``<out>/<benchmark>/eval.json`` each."""
+def write_eval(results: dict[str, Any], dirs: dict[str, Path]) -> list[Path]:
+    """One eval.json (+ .md) per folder of ``dirs`` (fastrl.evaluation.output.eval_dirs): each
+    benchmark's own result, or with the single key "" all benchmarks in one file."""
     from fastrl.evaluation.evaluate import split_by_benchmark
-    from fastrl.evaluation.metrics import benchmark_dirname, write_json, write_markdown
+    from fastrl.evaluation.metrics import write_json, write_markdown
 
-    parts = ({out / benchmark_dirname(b): r for b, r in split_by_benchmark(results).items()} if per_benchmark
-             else {out: results})
+    parts = {dirs[""]: results} if "" in dirs else {dirs[b]: r for b, r in split_by_benchmark(results).items()}
     for where, r in parts.items():
         write_json(r, where / "eval.json")
         write_markdown(r, where / "eval.md")
     return [where / "eval.json" for where in parts]
 
 
-def cmd_eval(args: argparse.Namespace) -> int:
-    check_model_arg(args.model)
+def check_eval_args(args: argparse.Namespace) -> dict[str, Path]:
+    """Every eval argument that can be checked without a model, checked: the benchmark, template
+    and reward names, the model path, and where the results go (an eval.json there is refused, or
+    moved aside with --force-new). Returns the output folders (write_eval's ``dirs``)."""
+    from fastrl.evaluation import output
+
     if args.threads < 0:
         raise ValueError(f"eval --threads {args.threads}: give 0 (torch's default) or a positive number")
+    for spec in args.benchmark:
+        api.check_benchmark_spec(spec)
+    names = list(dict.fromkeys(api.benchmark_name(b) for b in args.benchmark))
+    api.check_templates_and_rewards(
+        api.benchmark_choice(names, args.template, name_value_pairs(args.benchmark_template, flag="--benchmark-template"),
+                             what="template"),
+        api.benchmark_choice(names, args.reward, name_value_pairs(args.benchmark_reward, flag="--benchmark-reward"),
+                             what="reward"))
+    check_model_arg(args.model)
+    root = Path(args.out) if args.out else output.default_eval_root(args.model)
+    dirs = output.eval_dirs(names, root, per_benchmark=args.out_per_benchmark or not args.out)
+    for moved in output.claim(list(dirs.values()), force_new=args.force_new):
+        log.info("moved the earlier eval.json and eval.md aside to %s", moved)
+    return dirs
+
+
+def cmd_eval(args: argparse.Namespace) -> int:
+    dirs = check_eval_args(args)
+    api.default_accelerator()
     from fastrl.evaluation.metrics import markdown_table
     from fastrl.models.device import resolve_device
 
@@ -107,10 +149,37 @@ def cmd_eval(args: argparse.Namespace) -> int:
         raise
     except OSError as exc:  # an unreadable model or benchmark (permissions, a truncated download, missing weights)
         raise ValueError(f"eval --model {args.model!r}: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}") from exc
-    written = write_eval(results, Path(args.out), per_benchmark=args.out_per_benchmark)
+    written = write_eval(results, dirs)
     print(markdown_table(results))
     print("wrote " + ", ".join(str(p) for p in written) + " (and eval.md beside each)")
     return 0
+
+
+def eval_names_help() -> str:
+    """The eval subcommand's epilog: the valid benchmark, template and reward names (imported
+    when the help is shown, so that `fastrl --help` stays fast)."""
+    from fastrl.data.templates import TEMPLATES
+    from fastrl.rewards import REWARD_FUNCTIONS
+
+    return (f"benchmarks (--benchmark, repeatable):\n  generated: {api.benchmark_names_help()}\n"
+            "  a file: NAME=PATH.parquet|jsonl in the canonical record format (make data writes them under "
+            "data/prepared/)\n"
+            f"templates (--template, --benchmark-template): {', '.join(TEMPLATES)}\n"
+            f"rewards (--reward, --benchmark-reward): {', '.join(sorted(REWARD_FUNCTIONS))}\n"
+            "output: without --out, <run>/eval/<benchmark>/eval.json (+ eval.md) inside the evaluated run "
+            "(runs/eval/<model name>/<benchmark>/ for a model that is not a run); an existing eval.json is "
+            "never replaced: --force-new moves it aside to <folder>.replaced-<UTC time>/\n")
+
+
+class _Parser(argparse.ArgumentParser):
+    """An ArgumentParser whose epilog may be computed when the help is shown (``epilog_fn``)."""
+
+    epilog_fn: Any = None
+
+    def format_help(self) -> str:
+        if self.epilog_fn is not None:
+            self.epilog = self.epilog_fn()
+        return super().format_help()
 
 
 def _add_train_parser(sub: Any) -> argparse.ArgumentParser:
@@ -124,15 +193,19 @@ def _add_train_parser(sub: Any) -> argparse.ArgumentParser:
                    help="import MODULE (on PYTHONPATH) before the config is read, so that the components it "
                         "registers can be chosen and configured (algorithm.pruner=NAME algorithm.SECTION.KEY=V); "
                         "repeatable; recorded in the run's config.yaml as `imports`")
+    t.add_argument("--print-config", action="store_true",
+                   help="print the resolved config (defaults, scale, CONFIG, overrides) as YAML and exit")
+    t.add_argument("--json", action="store_true",
+                   help="end with the run's summary as JSON (the contents of <run_dir>/summary.json) instead of "
+                        "one line")
     t.set_defaults(func=cmd_train)
     return t
 
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="fastrl", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    debug_help = "on an error, print the full traceback too (not only the one-line message)"
-    p.add_argument("--debug", action="store_true", help=debug_help)
-    sub = p.add_subparsers(dest="command", required=True)
+    _add_common_flags(p, sub=False)
+    sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
     t = _add_train_parser(sub)
 
@@ -140,6 +213,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("sweep")
     s.add_argument("overrides", nargs="*")
     s.add_argument("--scale", default=None)
+    s.add_argument("--json", action="store_true", help="end with every point's summary as a JSON list")
     s.set_defaults(func=cmd_sweep)
 
     f = sub.add_parser("sft", help="build (or reuse) the SFT warm start of the tiny model; print its path")
@@ -154,10 +228,13 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("overrides", nargs="*")
     d.set_defaults(func=cmd_demo)
 
-    e = sub.add_parser("eval", help="evaluate a trained run, a model dir or an HF model id on benchmarks")
+    e = sub.add_parser("eval", help="evaluate a trained run, a model dir or an HF model id on benchmarks",
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
+    e.epilog_fn = eval_names_help
     e.add_argument("--model", required=True, help="run dir (uses <run>/final), model dir or HF id")
     e.add_argument("--benchmark", action="append", required=True,
-                   help="name=path.parquet|jsonl (canonical records) or task[:variant]; repeatable")
+                   help="task[:variant] (a generated benchmark) or NAME=PATH.parquet|jsonl; repeatable; the names "
+                        "are listed below")
     e.add_argument("--engine", choices=list(ROLLOUT_ENGINES), default="hf")
     e.add_argument("--device", choices=list(MODEL_DEVICES), default="auto",
                    help="hf engine: where the model runs (auto = cuda when available)")
@@ -168,8 +245,8 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--sampling", choices=["greedy", "paper"], default="greedy",
                    help="greedy, or the paper's validation sampling (T=0.6, top-p 0.95)")
     e.add_argument("--k", type=int, default=1, help="samples per problem (avg@k, pass@k; Table 4 uses 16)")
-    e.add_argument("--reward", default="math")
-    e.add_argument("--template", default="fastrl_math")
+    e.add_argument("--reward", default="math", help="the reward that grades every benchmark (names below)")
+    e.add_argument("--template", default="fastrl_math", help="the prompt template of every benchmark (names below)")
     e.add_argument("--benchmark-template", action="append", default=[], metavar="BENCHMARK=TEMPLATE",
                    help="this benchmark's template instead of --template; repeatable")
     e.add_argument("--benchmark-reward", action="append", default=[], metavar="BENCHMARK=REWARD",
@@ -187,14 +264,34 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--threads", type=int, default=0,
                    help="torch intra-op threads (0: torch's default); a run's own trainer.torch_threads suits it")
     e.add_argument("--limit", type=int, default=0, help="first N problems of each benchmark (0: all)")
-    e.add_argument("--out", default="runs/eval")
+    e.add_argument("--out", default=None,
+                   help="write <out>/eval.json (+ eval.md) for all benchmarks (default: one "
+                        "<run>/eval/<benchmark>/ per benchmark, inside the evaluated run)")
     e.add_argument("--out-per-benchmark", action="store_true",
-                   help="one <out>/<benchmark>/eval.json per benchmark (each as evaluating it alone writes) "
-                        "instead of one <out>/eval.json for all")
+                   help="with --out: one <out>/<benchmark>/eval.json per benchmark (each as evaluating it alone "
+                        "writes) instead of one <out>/eval.json for all")
+    e.add_argument("--force-new", action="store_true",
+                   help="an eval.json already where this one goes moves aside to <folder>.replaced-<UTC time>/ "
+                        "(without it, the evaluation stops before loading anything)")
     e.set_defaults(func=cmd_eval)
     for sp in (t, s, f, d, e):  # `fastrl train CFG --debug` works as well as `fastrl --debug train CFG`
-        sp.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help=debug_help)
+        _add_common_flags(sp, sub=True)
     return p
+
+
+def _add_common_flags(parser: argparse.ArgumentParser, *, sub: bool) -> None:
+    """--debug, --log-level and -q on the main parser and on every subcommand: ``fastrl train CFG -q``
+    works as well as ``fastrl -q train CFG`` (a subcommand's defaults are SUPPRESS, so they never
+    overwrite the main parser's value)."""
+    def default(value: Any) -> Any:
+        return argparse.SUPPRESS if sub else value
+
+    parser.add_argument("--debug", action="store_true", default=default(False),
+                        help="on an error, print the full traceback too (not only the one-line message)")
+    parser.add_argument("--log-level", choices=LEVELS, type=str.upper, default=default("INFO"),
+                        help="what fastrl logs to stderr (default INFO: progress, where things are written)")
+    parser.add_argument("-q", "--quiet", action="store_true", default=default(False),
+                        help="warnings and errors only (--log-level WARNING: no progress lines or bars)")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -209,7 +306,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error(f"unrecognized arguments: {' '.join(bad or extra)}")
     if extra:
         args.overrides = [*args.overrides, *extra]
-    api.default_accelerator()
+    configure_logging("WARNING" if args.quiet else args.log_level)
+    if args.func is not cmd_eval:  # eval checks its arguments first (torch's import takes seconds)
+        api.default_accelerator()
     try:
         code = int(args.func(args) or 0)
     # Bad input: ConfigError, DataError and RecordError are ValueErrors; a missing file or model path

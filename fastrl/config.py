@@ -351,8 +351,10 @@ class TrainerConfig:
     save_every: int = 0  # 0: no intermediate checkpoints
     keep_checkpoints: int = 2
     resume: bool = True
-    tensorboard: bool = False
-    progress: bool = True
+    # Where each step's metrics go: jsonl (<run_dir>/metrics.jsonl, always: resume and the tables read
+    # it), tensorboard (<run_dir>/tensorboard/), wandb (Weights & Biases, files in <run_dir>/wandb/).
+    loggers: list[str] = field(default_factory=lambda: ["jsonl"])
+    progress: bool = True  # a log line per step (and a bar in a terminal)
     torch_threads: int = 0  # 0: leave torch's default
 
     def __post_init__(self) -> None:
@@ -369,6 +371,11 @@ class TrainerConfig:
         for key in ("val_every", "save_every", "torch_threads"):
             if getattr(self, key) < 0:
                 raise ConfigError(f"trainer.{key} = {getattr(self, key)} must be >= 0 (0: off)")
+        bad = [name for name in self.loggers if name not in LOGGERS]
+        if bad or "jsonl" not in self.loggers or len(set(self.loggers)) != len(self.loggers):
+            raise ConfigError(f"trainer.loggers = {list(self.loggers)}: a list of distinct names among "
+                              f"{', '.join(LOGGERS)} that includes jsonl (metrics.jsonl, which resume and the "
+                              "tables read), e.g. trainer.loggers=[jsonl,tensorboard]")
         if self.keep_checkpoints < 1:
             raise ConfigError(f"trainer.keep_checkpoints = {self.keep_checkpoints} must be >= 1 (the latest checkpoint "
                               "is what a resume reads); trainer.save_every = 0 turns checkpoints off")
@@ -443,6 +450,25 @@ def check_engine_installed(engine: str, key: str = "rollout.engine") -> None:
                           f"(pip install vllm, on a CUDA machine) or set {key}=hf")
 
 
+LOGGERS = ("jsonl", "tensorboard", "wandb")
+# Keys a user may still write, with what replaced them (a run's config.yaml is upgraded by
+# fastrl.migrations; these are for files and overrides).
+REPLACED_KEYS = {"trainer.tensorboard": "trainer.loggers: trainer.loggers=[jsonl,tensorboard] "
+                                        "(trainer.tensorboard=true before), or [jsonl] (false)"}
+
+
+def check_loggers_installed(loggers: Sequence[str]) -> None:
+    """A logger whose package does not import is a one-line ``ConfigError`` when a run starts."""
+    import importlib.util
+
+    packages = {"tensorboard": ("tensorboard", "pip install tensorboard"),
+                "wandb": ("wandb", "pip install -e '.[wandb]'")}
+    for name in loggers:
+        if name in packages and importlib.util.find_spec(packages[name][0]) is None:
+            raise ConfigError(f"trainer.loggers has {name}, but the {packages[name][0]} package is not installed "
+                              f"here; {packages[name][1]}, or drop {name} from trainer.loggers")
+
+
 def _check_choice(key: str, value: str, choices: Sequence[str], hint: str = "") -> None:
     if value not in choices:
         raise ConfigError(f"{key} = {value!r} is not one of {', '.join(choices)}" + (f" {hint}" if hint else ""))
@@ -502,6 +528,8 @@ def unknown_key_message(key: str) -> str:
     >>> unknown_key_message("algorithm.mdap.taux")
     "unknown key 'algorithm.mdap.taux'; did you mean 'algorithm.mdap.tau'? Keys of algorithm.mdap: tau, rule"
     """
+    if key in REPLACED_KEYS:
+        return f"{key!r} was replaced by {REPLACED_KEYS[key]}"
     parts = key.split(".")
     cls: type = FastRLConfig
     section: list[str] = []

@@ -19,7 +19,7 @@ from typing import Any, Callable, Mapping
 
 Flat = dict[str, Any]
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 VERSION_KEY = "schema_version"
 
 _MIGRATIONS: dict[int, Callable[[Flat], Flat]] = {}
@@ -42,6 +42,8 @@ ADDED_KEYS: dict[str, Any] = {"trainer.optim.betas": [0.9, 0.999], "trainer.opti
 # was shared. These are version 2's keys: a fact about that schema, not derived from today's.
 ARS_RETENTION_KEYS = ("n_min", "n_max", "beta", "headroom", "rho_high", "grow_step", "per_prompt")
 ARS_RULE_KEY = "algorithm.ars.rule"
+# Version 3 -> 4 (issue 27): trainer.tensorboard (a boolean) became the list trainer.loggers.
+TENSORBOARD_KEY = "trainer.tensorboard"
 
 
 def migration(from_version: int) -> Callable[[Callable[[Flat], Flat]], Callable[[Flat], Flat]]:
@@ -72,10 +74,18 @@ def _one_section_per_ars_rule(flat: Flat) -> Flat:
     return out
 
 
+@migration(3)
+def _loggers_list(flat: Flat) -> Flat:
+    out = {k: v for k, v in flat.items() if k != TENSORBOARD_KEY}
+    if TENSORBOARD_KEY in flat:
+        out.setdefault("trainer.loggers", ["jsonl", "tensorboard"] if flat[TENSORBOARD_KEY] else ["jsonl"])
+    return out
+
+
 def version_of(flat: Mapping[str, Any]) -> int:
     """The schema version a flattened config was written by: its ``schema_version``, else (written
     before the key) 1 when it has a key renamed in version 2, 2 when it has ``algorithm.ars.rule``,
-    else 3."""
+    else 3 (version 3 wrote no key; from 4 on every config.yaml has it)."""
     if VERSION_KEY in flat:
         version = flat[VERSION_KEY]
         if isinstance(version, bool) or not isinstance(version, int) or not 1 <= version <= SCHEMA_VERSION:

@@ -18,6 +18,7 @@ binary rewards that is accuracy = 1; for ``grounding_iou`` it is the usual IoU â
 from __future__ import annotations
 
 import dataclasses
+import logging
 import time
 from typing import Any, Callable, Mapping, Sequence
 
@@ -25,11 +26,13 @@ from fastrl import metric_keys as K
 from fastrl.data.prompt_limit import PromptLimit
 from fastrl.data.schema import Record
 from fastrl.evaluation.metrics import average_over_benchmarks, benchmark_metrics
+from fastrl.logs import Progress
 from fastrl.rewards import get_reward_fn, score_batch
 from fastrl.rewards.timebox import DEFAULT_TIMEOUT_S
 from fastrl.rollout.base import PromptInput, Response, RolloutEngine, SamplingConfig
 
 GREEDY = SamplingConfig(temperature=0.0, top_p=1.0, top_k=0, max_new_tokens=2048)
+log = logging.getLogger(__name__)
 PAPER_VALIDATION = SamplingConfig(temperature=0.6, top_p=0.95, top_k=0, max_new_tokens=2048)
 
 
@@ -142,7 +145,7 @@ def _evaluate_benchmark(
 ) -> tuple[dict[str, float], list[dict[str, Any]]]:
     """One benchmark: k samples per prompt, scored; its metrics and its per-problem rows."""
     t0 = time.perf_counter()
-    responses = engine.generate(prompts, k, sampling)
+    responses = _generate_with_progress(engine, prompts, k, sampling, desc=f"eval {bench}")
     gen_s = time.perf_counter() - t0
     groups = _group_by_prompt(responses, len(records), k, bench)
     flat = [(rec, resp) for rec, g in zip(records, groups) for resp in g]
@@ -168,6 +171,22 @@ def _evaluate_benchmark(
             row["responses"] = [groups[i][j].text for j in range(k)]
         rows.append(row)
     return m, rows
+
+
+def _generate_with_progress(engine: RolloutEngine, prompts: Sequence[PromptInput], k: int, sampling: SamplingConfig,
+                            *, desc: str) -> list[Response]:
+    """``engine.generate`` with progress shown (fastrl.logs.Progress) when the engine reports it
+    (its optional ``progress`` hook, called with the number of responses each time some finish)."""
+    progress = Progress(len(prompts) * k, desc, unit="response", logger=log)
+    hooked = hasattr(engine, "progress")
+    if hooked:
+        engine.progress = progress.update  # type: ignore[attr-defined]
+    try:
+        return engine.generate(prompts, k, sampling)
+    finally:
+        if hooked:
+            engine.progress = None  # type: ignore[attr-defined]
+        progress.close()
 
 
 def split_by_benchmark(results: Mapping[str, Any]) -> dict[str, dict[str, Any]]:

@@ -39,6 +39,7 @@ import torch
 from fastrl.config import REPO_ROOT
 from fastrl.data.schema import Record
 from fastrl.data.templates import TEMPLATE_REWARD, build_prompt_text
+from fastrl.logs import duration, progress_bar
 from fastrl.mini.builders import TinyModelSpec, build_tiny_model_dir
 from fastrl.mini.tasks import generate_task
 from fastrl.mini.tokenizer import mini_vocabulary
@@ -187,6 +188,7 @@ def train_sft(
     model.train()
     losses: list[float] = []
     t0 = time.perf_counter()
+    bar = progress_bar(steps, "sft warm start", unit="step")
     for step in range(steps):
         for g in opt.param_groups:
             g["lr"] = _lr_at(step, steps, lr, warmup)
@@ -207,9 +209,16 @@ def train_sft(
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
         losses.append(loss.item())
-        if (step + 1) % log_every == 0 or step + 1 == steps:
-            log.info("sft step %d/%d loss %.4f lr %.2e (%.1fs)", step + 1, steps, np.mean(losses[-log_every:]),
-                     opt.param_groups[0]["lr"], time.perf_counter() - t0)
+        if bar is not None:
+            bar.set_postfix(loss=f"{loss.item():.3f}", refresh=False)
+            bar.update(1)
+        elif (step + 1) % log_every == 0 or step + 1 == steps:
+            elapsed = time.perf_counter() - t0
+            log.info("sft step %d/%d loss %.4f lr %.2e (%s, about %s left)", step + 1, steps,
+                     np.mean(losses[-log_every:]), opt.param_groups[0]["lr"], duration(elapsed),
+                     duration(elapsed / (step + 1) * (steps - step - 1)))
+    if bar is not None:
+        bar.close()
     model.eval()
     return losses
 
@@ -348,9 +357,12 @@ def warm_start(
     if _is_cached(final, inputs):
         return final
     out_root.mkdir(parents=True, exist_ok=True)
-    tmp = out_root / f".tmp-{task}-{key}-{os.getpid()}"
+    remove_stale_builds(out_root)
+    tmp = out_root / f"{TMP_PREFIX}{task}-{key}-{os.getpid()}"
     if tmp.exists():
         shutil.rmtree(tmp)
+    log.info("sft warm start: none cached for %s (%s, %d steps on %s); building it in %s (once: later runs "
+             "with the same inputs reuse it)", task, spec.kind, steps, device, final)
     prev_threads = torch.get_num_threads()
     if num_threads is not None:
         torch.set_num_threads(num_threads)
@@ -367,6 +379,36 @@ def warm_start(
         torch.set_num_threads(prev_threads)
         if tmp.exists():
             shutil.rmtree(tmp, ignore_errors=True)
+
+
+TMP_PREFIX = ".tmp-"
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's live process
+        return True
+    return True
+
+
+def remove_stale_builds(out_root: Path) -> list[Path]:
+    """Remove the ``.tmp-<task>-<key>-<pid>`` folders of builds whose process is gone (killed
+    mid-build: SIGKILL, a crash, a power cut; an interrupt cleans up after itself); a live build's
+    folder stays. Returns the folders removed. Assumes the cache is on this machine's processes: a
+    cache shared over a network file system with builds on other hosts is not supported."""
+    removed = []
+    for tmp in Path(out_root).glob(f"{TMP_PREFIX}*"):
+        pid = tmp.name.rsplit("-", 1)[-1]
+        if tmp.is_dir() and pid.isdigit() and not _pid_alive(int(pid)):
+            shutil.rmtree(tmp, ignore_errors=True)
+            removed.append(tmp)
+    if removed:
+        log.info("sft cache: removed %d unfinished build(s) of killed processes: %s", len(removed),
+                 ", ".join(p.name for p in removed))
+    return removed
 
 
 def _check_warm_start(steps: int, batch_size: int, lr: float, answer_noise: float, compute_dtype: str,
@@ -386,7 +428,7 @@ def _is_cached(final: Path, inputs: dict[str, Any]) -> bool:
     matching manifest is not a valid cache entry and is removed."""
     manifest = _read_manifest(final)
     if manifest is not None and manifest.get("inputs") == inputs:
-        log.info("sft cache hit: %s (val greedy accuracy %s)", final,
+        log.info("sft warm start: cached, reusing %s (val greedy accuracy %s)", final,
                  manifest.get("metrics", {}).get("greedy_accuracy"))
         return True
     if final.exists():
@@ -429,6 +471,8 @@ def _sft_into(tmp: Path, task: str, spec: TinyModelSpec, *, seed: int, steps: in
     model.save_pretrained(str(tmp), safe_serialization=True)
     metrics: dict[str, Any] = {}
     if settings.num_prompts > 0:
+        log.info("sft warm start: trained in %s; measuring it on %d validation prompts x %d samples", duration(t_train),
+                 settings.num_prompts, settings.n)
         val = generate_task(task, split="val", num=settings.num_prompts, seed=seed)
         metrics = evaluate_policy(kit, val, settings=settings)
         log.info("sft %s: val greedy accuracy %.3f, T=1 accuracy %.3f, mixed groups %.2f", task,

@@ -68,6 +68,9 @@ class RolloutEngine(Protocol):
     # True: the engine samples from the trainer's module itself (hf, colocated), so a weight update
     # has nothing to copy and there is no separate copy to check.
     shares_trainer_weights: bool
+    # Optional, not part of the protocol: ``progress`` (Callable[[int], None] | None), which
+    # evaluation sets and then resets to None; the engine calls it with the number of responses each
+    # time some finish (a progress bar). An engine without the attribute shows none.
 
     def generate(
         self,

@@ -30,7 +30,7 @@ tensors in.
 from __future__ import annotations
 
 import logging
-from typing import Any, Iterable, Sequence
+from typing import Any, Callable, Iterable, Sequence
 
 import torch
 from transformers import GenerationConfig, StoppingCriteria, StoppingCriteriaList
@@ -184,6 +184,7 @@ class HFRolloutEngine:
 
     name = "hf"
     shares_trainer_weights = True  # samples from the trainer's module: nothing to push or check
+    progress: Callable[[int], None] | None = None  # called with each chunk's number of responses (evaluation)
 
     def __init__(
         self,
@@ -233,6 +234,8 @@ class HFRolloutEngine:
                 if c < len(starts):
                     idx = flat[starts[c]:starts[c] + self.batch_size]
                     responses += self._generate_chunk([prompts[i] for i in idx], idx, gen_cfg, chunk_seed, synced)
+                    if self.progress is not None:
+                        self.progress(len(idx))
                 else:  # a dummy chunk: this rank's forwards keep pace with the others'; dropped, and
                     # seeded (in a forked RNG) so that it leaves this rank's RNG stream as it was
                     assert filler is not None

@@ -45,7 +45,7 @@ import numbers
 import os
 import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from typing import Any, Literal
+from typing import Any, Callable, Literal
 
 import torch
 
@@ -304,6 +304,7 @@ class VLLMRolloutEngine:
 
     name = "vllm"
     shares_trainer_weights = False  # holds its own copy: every update is pushed and checked
+    progress: Callable[[int], None] | None = None  # called with the number of responses once a generate ends
 
     def __init__(
         self,
@@ -443,6 +444,8 @@ class VLLMRolloutEngine:
         if not requests:
             return []
         outputs = self._llm.generate(requests, params, use_tqdm=False)
+        if self.progress is not None:  # vLLM schedules every request at once: reported when all are done
+            self.progress(sum(counts))
         responses: list[Response] = []
         for owner, out in zip(owners, outputs):
             completions = sorted(out.outputs, key=lambda c: c.index)
@@ -496,6 +499,8 @@ class VLLMRolloutEngine:
             return result
         params = SamplingParams(max_tokens=1, temperature=1.0, prompt_logprobs=0, logprobs=None)
         outputs = self._llm.generate(requests, params, use_tqdm=False)
+        if self.progress is not None:  # vLLM schedules every request at once: reported when all are done
+            self.progress(sum(counts))
         for i, length, out in zip(index, lengths, outputs):
             seq = list(out.prompt_token_ids)
             plps = out.prompt_logprobs

@@ -38,7 +38,7 @@ RESUMABLE_KEYS: tuple[str, ...] = (
     "trainer.val_every",
     "trainer.save_every",
     "trainer.keep_checkpoints",
-    "trainer.tensorboard",
+    "trainer.loggers",
     "trainer.progress",
     "trainer.torch_threads",
     "rollout.logprob_check_tol",

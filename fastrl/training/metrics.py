@@ -1,4 +1,5 @@
-"""Stage timers, the per-step jsonl log (plus tensorboard when installed) and the progress bar."""
+"""Stage timers, the per-step log (metrics.jsonl, plus tensorboard / wandb: ``trainer.loggers``) and the
+progress line."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import math
 import time
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Iterator, Mapping, Sequence
 
 from fastrl import metric_keys as K
 from fastrl.metric_keys import STAGES as STAGES  # re-exported: log readers import it from here
@@ -48,19 +49,23 @@ def _jsonable(value: Any) -> Any:
 
 
 class RunLogger:
-    """Appends one JSON object per step to ``<run_dir>/metrics.jsonl``; mirrors to tensorboard."""
+    """Appends one JSON object per step to ``<run_dir>/metrics.jsonl`` (always); mirrors each step's
+    numbers to tensorboard (``<run_dir>/tensorboard/``) and Weights & Biases (``<run_dir>/wandb/``)
+    when ``loggers`` names them. The jsonl file is the record: resume truncates it, the tables read
+    it; the trackers only mirror it (a resumed run's redone steps are sent again)."""
 
-    def __init__(self, run_dir: Path, *, tensorboard: bool, enabled: bool = True) -> None:
+    def __init__(self, run_dir: Path, *, loggers: Sequence[str] = ("jsonl",), enabled: bool = True,
+                 config: Mapping[str, Any] | None = None) -> None:
         self.path = run_dir / "metrics.jsonl"
         self.enabled = enabled
         self._tb = None
-        if enabled and tensorboard:
-            try:
-                from torch.utils.tensorboard import SummaryWriter
+        self._wandb: Any = None
+        if enabled and "tensorboard" in loggers:
+            from torch.utils.tensorboard import SummaryWriter
 
-                self._tb = SummaryWriter(str(run_dir / "tensorboard"))
-            except ImportError:  # tensorboard is optional
-                self._tb = None
+            self._tb = SummaryWriter(str(run_dir / "tensorboard"))
+        if enabled and "wandb" in loggers:
+            self._wandb = start_wandb(run_dir, config or {})
 
     def truncate_after(self, step: int) -> None:
         """On resume, drop the log lines of steps after the checkpoint (they will be redone) and any
@@ -80,15 +85,45 @@ class RunLogger:
         record = {K.STEP: step, **{k: _jsonable(v) for k, v in metrics.items()}}
         with open(self.path, "a") as fh:
             fh.write(json.dumps(record) + "\n")
+        numbers = {k: v for k, v in record.items() if isinstance(v, (int, float)) and not isinstance(v, bool)
+                   and k != K.STEP}
         if self._tb is not None:
-            for k, v in record.items():
-                if isinstance(v, (int, float)) and k != K.STEP:
-                    self._tb.add_scalar(k, v, step)
+            for k, v in numbers.items():
+                self._tb.add_scalar(k, v, step)
             self._tb.flush()
+        if self._wandb is not None:
+            self._wandb.log({WANDB_STEP: step, **numbers})
 
     def close(self) -> None:
         if self._tb is not None:
             self._tb.close()
+        if self._wandb is not None:
+            self._wandb.finish()
+            self._wandb = None
+
+
+WANDB_ID_FILE = "wandb_id"
+WANDB_STEP = "train/step"  # wandb's x-axis: the training step (a resumed run sends redone steps again)
+
+
+def start_wandb(run_dir: Path, config: Mapping[str, Any]) -> Any:
+    """A wandb run for ``run_dir``: named after it, in ``<run_dir>/wandb/``, its id kept in
+    ``<run_dir>/wandb_id`` so a resumed run continues the same wandb run. Project, entity and mode
+    come from wandb's own environment (``WANDB_PROJECT``, default ``fastrl``; ``WANDB_ENTITY``;
+    ``WANDB_MODE=offline`` writes locally, ``wandb sync <run_dir>/wandb/offline-run-*`` uploads)."""
+    import os
+    import uuid
+
+    import wandb
+
+    id_file = run_dir / WANDB_ID_FILE
+    if not id_file.exists():
+        id_file.write_text(uuid.uuid4().hex[:12] + "\n")
+    run = wandb.init(project=os.environ.get("WANDB_PROJECT", "fastrl"), name=run_dir.name, id=id_file.read_text().strip(),
+                     dir=str(run_dir), config=dict(config), resume="allow", reinit="create_new")
+    run.define_metric(WANDB_STEP)
+    run.define_metric("*", step_metric=WANDB_STEP)
+    return run
 
 
 def parse_metrics(path: Path, *, warn: bool = True) -> list[dict[str, Any]]:
@@ -113,6 +148,20 @@ def parse_metrics(path: Path, *, warn: bool = True) -> list[dict[str, Any]]:
 def read_metrics(run_dir: Path, *, warn: bool = True) -> list[dict[str, Any]]:
     path = Path(run_dir) / "metrics.jsonl"
     return parse_metrics(path, warn=warn) if path.exists() else []
+
+
+def step_line(step: int, total: int, metrics: dict[str, Any], elapsed_s: float, steps_timed: int) -> str:
+    """One training step as a log line: ``step 3/20  reward 0.41  acc 0.38  kept 0.62  n 8
+    s/step 3.1  val 0.45  (9 s, about 52 s left)``, the validation accuracy when the step had one;
+    ``elapsed_s`` is the time of the last ``steps_timed`` steps (this start's), the pace of the rest."""
+    from fastrl.logs import duration
+
+    shown = progress_postfix(metrics)
+    if K.VAL_ACCURACY in metrics:
+        shown["val"] = f"{metrics[K.VAL_ACCURACY]:.3g}"
+    left = elapsed_s / max(steps_timed, 1) * max(total - step, 0)
+    return (f"step {step}/{total}  " + "  ".join(f"{k} {v}" for k, v in shown.items())
+            + f"  ({duration(elapsed_s)}, about {duration(left)} left)")
 
 
 def progress_postfix(metrics: dict[str, Any]) -> dict[str, str]:

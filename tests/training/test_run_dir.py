@@ -123,7 +123,7 @@ def test_a_torn_last_metrics_line_is_dropped_with_a_warning(tmp_path: Path, capl
         rows = read_metrics(tmp_path)
     assert [r["step"] for r in rows] == [0, 1, 2]
     assert str(path) in caplog.text and "torn last line 4" in caplog.text
-    RunLogger(tmp_path, tensorboard=False).truncate_after(1)  # resume from step 1
+    RunLogger(tmp_path).truncate_after(1)  # resume from step 1
     assert path.read_text() == '{"step": 0, "phase": "val"}\n{"step": 1, "a": 1}\n'
     path.write_text('{"step": 0}\n{"step": 1, \n{"step": 2}\n')  # damage before the end: an error
     with pytest.raises(ValueError, match=rf"{path} line 2 is not JSON"):
@@ -132,7 +132,7 @@ def test_a_torn_last_metrics_line_is_dropped_with_a_warning(tmp_path: Path, capl
 
 def test_resume_drops_the_final_line(tmp_path: Path) -> None:
     (tmp_path / "metrics.jsonl").write_text('{"step": 2, "a": 1}\n{"step": 2, "phase": "val_final"}\n')
-    RunLogger(tmp_path, tensorboard=False).truncate_after(2)
+    RunLogger(tmp_path).truncate_after(2)
     assert read_metrics(tmp_path) == [{"step": 2, "a": 1}]
 
 
@@ -212,3 +212,22 @@ def test_a_config_with_one_ars_section_reads_under_the_per_rule_sections():
     assert upgrade(saved) == {"trainer.optim.lr": 1e-4, "algorithm.ars.n_floor": 2,
                                     "algorithm.ars.period_steps": 5, "algorithm.ars_retention.period_steps": 5,
                                     "algorithm.ars_retention.n_min": 2, "algorithm.ars_retention.per_prompt": False}
+
+
+@pytest.mark.parametrize("scale", ["smoke", "paper"])
+def test_a_run_written_with_trainer_tensorboard_resumes_under_trainer_loggers(tmp_path: Path, scale: str) -> None:
+    """config.yaml as main 61a3373 wrote it (``trainer.tensorboard: true|false``, before
+    ``trainer.loggers``) is the same run under today's schema, with any loggers; a real change is
+    still named."""
+    fixture = Path(__file__).parent / "data" / f"config_61a3373_fastrl_{scale}.yaml"
+    from fastrl.migrations import flatten, upgrade
+
+    shutil.copy(fixture, tmp_path / I.CONFIG_FILE)
+    assert "tensorboard: " in fixture.read_text() and "loggers" not in fixture.read_text()
+    for loggers in ("[jsonl]", "[jsonl,tensorboard]", "[jsonl,tensorboard,wandb]"):
+        I.check_identity(tmp_path, load_config("methods/fastrl.yaml", [f"trainer.loggers={loggers}"], scale=scale))
+    with pytest.raises(L.RunDirError, match="trainer.optim.lr: "):
+        I.check_identity(tmp_path, load_config("methods/fastrl.yaml", ["trainer.optim.lr=0.5"], scale=scale))
+    saved = flatten(__import__("yaml").safe_load(fixture.read_text()))
+    assert upgrade(saved)["trainer.loggers"] == (["jsonl", "tensorboard"] if scale == "paper" else ["jsonl"])
+    assert "trainer.tensorboard" not in upgrade(saved)
