@@ -17,7 +17,7 @@ setup: $(STAMP)
 $(STAMP): pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
 	$(PY) -m pip install -q --disable-pip-version-check "torch==2.13.0"
-	$(PY) -m pip install -q --disable-pip-version-check -e ".[cpu,dev]" "torch==2.13.0"
+	$(PY) -m pip install -q --disable-pip-version-check -e ".[cpu,dev,trl]" "torch==2.13.0"
 	$(PY) -m pip uninstall -y -q torchvision torchaudio torchcodec || true
 	$(PY) -c "import torch, transformers, fastrl; print('fastrl setup ok: torch', torch.__version__, 'transformers', transformers.__version__)"
 	touch $@
