@@ -78,7 +78,7 @@ def timed(obj: Any, name: str, acc: dict[str, float]) -> None:
 def run_arm(arm: str, tiny: Path, out: Path, steps: int, tau: float) -> dict[str, float]:
     import trl
     from datasets import Dataset
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoModelForCausalLM, PreTrainedTokenizerFast
 
     from fastrl.integrations.trl import FastRLGRPOTrainer, make_pruner
 
@@ -87,7 +87,7 @@ def run_arm(arm: str, tiny: Path, out: Path, steps: int, tau: float) -> dict[str
                           num_generations=8, max_completion_length=48, max_steps=steps + 1, learning_rate=1e-4,
                           logging_steps=1, report_to="none", use_cpu=True, seed=0, save_strategy="no",
                           temperature=1.0, top_k=0, disable_tqdm=True)
-    kw = dict(model=AutoModelForCausalLM.from_pretrained(tiny), processing_class=AutoTokenizer.from_pretrained(tiny),
+    kw = dict(model=AutoModelForCausalLM.from_pretrained(tiny), processing_class=PreTrainedTokenizerFast.from_pretrained(tiny),
               reward_funcs=reward_even, args=args, train_dataset=Dataset.from_dict({"prompt": prompts}))
     if arm == "baseline":
         trainer = trl.GRPOTrainer(**kw)

@@ -49,7 +49,7 @@ def reward_parity(completions: list[str], **_: object) -> list[float]:
 
 def make_trainer(tiny_dir: Path, tmp_path: Path, tau: float, update_mode: str = "fixed_updates",
                  max_steps: int = 2, loss_type: str = "dapo", steps_per_generation: int = 2) -> FastRLGRPOTrainer:
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoModelForCausalLM, PreTrainedTokenizerFast
 
     prompts = [" ".join(WORDS[i:i + 3]) for i in range(8)]
     args = trl.GRPOConfig(output_dir=str(tmp_path), per_device_train_batch_size=4, gradient_accumulation_steps=2,
@@ -57,7 +57,7 @@ def make_trainer(tiny_dir: Path, tmp_path: Path, tau: float, update_mode: str = 
                           logging_steps=1, report_to="none", use_cpu=True, seed=0, save_strategy="no",
                           loss_type=loss_type, steps_per_generation=steps_per_generation, temperature=1.5, top_k=0, dataloader_num_workers=0)
     return FastRLGRPOTrainer(model=AutoModelForCausalLM.from_pretrained(tiny_dir),
-                             processing_class=AutoTokenizer.from_pretrained(tiny_dir),
+                             processing_class=PreTrainedTokenizerFast.from_pretrained(tiny_dir),
                              reward_funcs=reward_parity, args=args,
                              train_dataset=Dataset.from_dict({"prompt": prompts}),
                              pruner=make_pruner("mdap", tau=tau), update_mode=update_mode)  # type: ignore[arg-type]
