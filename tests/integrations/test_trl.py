@@ -153,3 +153,17 @@ def test_prune_batch_groups_rows_by_num_generations() -> None:
            "advantages": torch.tensor([1.0, -1.0, 1.0, 0.5])}
     batch = prune_batch_of(out, 2)
     assert list(batch.uids) == [0, 0, 1, 1] and batch.response_ids == [[5, 2], [6], [5, 2], [7, 7, 2]]
+
+
+def test_bad_settings_fail_before_the_model_is_built() -> None:
+    from fastrl.algorithms.pruning import CPPOPruner
+    from fastrl.algorithms.sections import CPPOConfig
+
+    with pytest.raises(ValueError, match="update_mode = 'fixed_steps' is not one of"):
+        FastRLGRPOTrainer(model=None, pruner=make_pruner("mdap"), update_mode="fixed_steps")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="prune_first = False"):
+        FastRLGRPOTrainer(model=None, pruner=CPPOPruner(CPPOConfig(prune_first=False)))
+    with pytest.raises(ValueError, match="tau = 2"):
+        make_pruner("mdap", tau=2)
+    with pytest.raises(ValueError, match="unknown pruner 'mdapp'"):
+        make_pruner("mdapp")
