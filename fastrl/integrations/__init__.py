@@ -1,0 +1,1 @@
+"""Adapters that put FastRL's registered components into other trainers (optional extras)."""
