@@ -20,7 +20,7 @@ import time
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Collection, Sequence
 
 import numpy as np
 import torch
@@ -38,7 +38,8 @@ from fastrl.training.components import Components, build_components, prune_view
 from fastrl.training.metrics import RunLogger, StageTimer, progress_postfix
 from fastrl.training.run_dir import (FINAL_DIR, Opening, RunDirError, RunLock, fault_point, open_run,
                                      write_identity, write_summary)
-from fastrl.training.setup import PolicyBundle, build_policy, limit_prompts, load_dataset_splits
+from fastrl.training.setup import (PolicyBundle, build_policy, check_enough_prompts, limit_prompts,
+                                   load_dataset_splits)
 from fastrl.training.update import LossSettings, compute_logprobs, plan_minibatches, rank_plan, update_policy
 
 log = logging.getLogger(__name__)
@@ -86,6 +87,7 @@ class Trainer:
             return
         try:
             splits = load_dataset_splits(cfg)  # bad data fails here, before any model is built
+            check_enough_prompts(cfg, len(splits.train.records))
             self.policy = build_policy(cfg)
             # Token ids and image references of every record, never pixel tensors (a float32
             # Qwen2.5-VL image is megabytes): those are built per batch (``materialize``).
@@ -93,6 +95,7 @@ class Trainer:
             self.prompt_limit = PromptLimit(cfg.data.max_prompt_length, cfg.data.prompt_length_policy)
             self.train_records, self.val_records, self.ood_records = limit_prompts(
                 splits, within_limit=self._within_prompt_limit)
+            check_enough_prompts(cfg, len(self.train_records), after=" within data.max_prompt_length")
             self.ood_formats = ood_formats(cfg, self.ood_records)
             if dist.is_main():  # the run's identity, written once (model and data were built)
                 write_identity(self.run_dir, cfg)
@@ -159,23 +162,33 @@ class Trainer:
         g = torch.Generator().manual_seed(self.cfg.data.seed * 1_000_003 + epoch)
         return torch.randperm(n, generator=g).tolist()
 
-    def next_records(self, count: int) -> list[Record]:
-        """The next ``count`` training prompts, wrapping into a new epoch (reshuffled) as needed."""
-        out: list[Record] = []
-        while len(out) < count:
+    def next_records(self, count: int, exclude: Collection[str] = ()) -> list[Record]:
+        """The next ``count`` training prompts: distinct, and none whose uid is in ``exclude`` (the
+        prompts already in this step's batch), so a group never holds two rollouts of one prompt.
+        As the release's loader (drop_last, reshuffled per epoch), a draw never straddles two
+        epochs: when fewer than ``count`` eligible prompts are left in this epoch's order, they are
+        skipped and the next epoch begins; prompts in ``exclude`` are passed over."""
+        if count + len(exclude) > len(self.train_records):
+            raise TrainingError(
+                f"step {self.state.step} needs {count} more distinct prompts besides the {len(exclude)} already in "
+                f"its batch, but there are {len(self.train_records)} training prompts; use more training prompts "
+                f"or lower trainer.prompts_per_step (now {self.cfg.trainer.prompts_per_step})")
+        while True:
             order = self._epoch_order(self.state.epoch)
-            take = order[self.state.position : self.state.position + count - len(out)]
-            out.extend(self.train_records[i] for i in take)
-            self.state.position += len(take)
-            if self.state.position >= len(order):
-                self.state.epoch += 1
-                self.state.position = 0
-        return out
+            rest = order[self.state.position:]
+            eligible = [i for i in rest if self.train_records[i].uid not in exclude][:count]
+            if len(eligible) == count:
+                self.state.position += rest.index(eligible[-1]) + 1
+                if self.state.position >= len(order):
+                    self.state.epoch, self.state.position = self.state.epoch + 1, 0
+                return [self.train_records[i] for i in eligible]
+            self.state.epoch, self.state.position = self.state.epoch + 1, 0
 
     # ------------------------------------------------------------------ stages
-    def select_prompts(self, count: int) -> tuple[list[Record], int]:
+    def select_prompts(self, count: int, exclude: Collection[str] = ()) -> tuple[list[Record], int]:
         """``count`` prompts the selector accepts, drawing further prompts for the ones it skips
-        (GRESO's own trainer refills: a step never shrinks). Returns (prompts, prompts drawn)."""
+        (GRESO's own trainer refills: a step never shrinks), none of them in ``exclude`` (uids
+        already in the step's batch). Returns (prompts, prompts drawn)."""
         g = torch.Generator().manual_seed(self.cfg.trainer.seed * 7919 + self.state.step)
         chosen: list[Record] = []
         drawn = 0
@@ -186,7 +199,7 @@ class Trainer:
                     f"the prompt selector {self.cfg.algorithm.prompt_selector!r} accepted {len(chosen)} of {drawn} "
                     f"prompts drawn at step {self.state.step}; raise algorithm.greso.floor "
                     f"(now {self.cfg.algorithm.greso.floor}) or use more training prompts")
-            records = self.next_records(count - len(chosen))
+            records = self.next_records(count - len(chosen), {*exclude, *(r.uid for r in chosen)})
             drawn += len(records)
             mask = self.components.prompt_selector.select([r.uid for r in records], g)
             chosen.extend(r for r, keep in zip(records, mask) if keep)
@@ -234,7 +247,7 @@ class Trainer:
         prompts_seen = prompts_drawn = 0
         reward_stats: dict[str, float] = {}
         while not buffer.full:
-            records, drawn = self.select_prompts(self.cfg.trainer.prompts_per_step)
+            records, drawn = self.select_prompts(self.cfg.trainer.prompts_per_step, buffer.kept_uids)
             prompts_seen += len(records)
             prompts_drawn += drawn
             batch, reward_stats = self.generate(records, timer)

@@ -291,6 +291,18 @@ def load_dataset_splits(cfg: FastRLConfig) -> DatasetSplits:
     return DatasetSplits(train, val, ood)
 
 
+def check_enough_prompts(cfg: FastRLConfig, num_train: int, after: str = "") -> None:
+    """A step's prompts are distinct (its groups are keyed by prompt uid), so a training set
+    smaller than trainer.prompts_per_step cannot fill one step: refused, with the numbers."""
+    need = cfg.trainer.prompts_per_step
+    if num_train < need:
+        source = ", ".join(cfg.data.train_files) if cfg.data.task == "files" else \
+            f"data.task={cfg.data.task} with data.num_train={cfg.data.num_train}"
+        raise DataError(f"{source}: {num_train} training prompts{after} < trainer.prompts_per_step={need} "
+                        f"(a step rolls out that many distinct prompts); use more training prompts or lower "
+                        f"trainer.prompts_per_step")
+
+
 def limit_prompts(
     splits: DatasetSplits, within_limit: Callable[[list[Record], str], list[Record]] | None,
 ) -> tuple[list[Record], list[Record], dict[str, list[Record]]]:
