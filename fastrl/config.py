@@ -118,9 +118,19 @@ class DataConfig:
     prompt_length_policy: str = "filter"
     seed: int = 1234
     shuffle: bool = True
+    # A reward call that raises or times out scores 0 and is counted (reward/failures). A step
+    # whose reward fails on more than this share of its responses is a failing step; this many
+    # failing steps in a row stop the run with the reward's name and first error. 1.0: never stop.
+    reward_max_failure_share: float = 0.5
+    reward_max_failing_steps: int = 3
 
     def __post_init__(self) -> None:
         _check_choice("data.prompt_length_policy", self.prompt_length_policy, PROMPT_LENGTH_POLICIES)
+        if not 0.0 <= self.reward_max_failure_share <= 1.0:
+            raise ConfigError(f"data.reward_max_failure_share = {self.reward_max_failure_share} must lie in [0, 1] "
+                              "(1: a failing reward never stops the run)")
+        if self.reward_max_failing_steps < 1:
+            raise ConfigError(f"data.reward_max_failing_steps = {self.reward_max_failing_steps} must be >= 1")
         if self.max_prompt_length < 1:
             raise ConfigError(f"data.max_prompt_length = {self.max_prompt_length} must be >= 1 (tokens)")
 

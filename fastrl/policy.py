@@ -126,12 +126,14 @@ class PolicyKit:
     def materialize(self, tokens: PromptTokens) -> PromptInput:
         return self.encoder.materialize(tokens)
 
-    def score(self, texts: Sequence[str], records: Sequence[Record]) -> tuple[list[dict[str, float]], dict[str, float]]:
-        """``texts[i]`` scored against ``records[i]`` by the spec's reward: (scores, failure stats)."""
+    def score(self, texts: Sequence[str], records: Sequence[Record],
+              errors: list[str] | None = None) -> tuple[list[dict[str, float]], dict[str, float]]:
+        """``texts[i]`` scored against ``records[i]`` by the spec's reward: (scores, failure stats);
+        ``errors`` collects each failure as one line (``fastrl.rewards.score_batch``)."""
         from fastrl.rewards import score_batch
 
         fields = [{"choices": r.choices, "meta": r.meta, "source": r.source, "uid": r.uid} for r in records]
-        return score_batch(self.spec.reward, list(texts), [r.answer for r in records], fields)
+        return score_batch(self.spec.reward, list(texts), [r.answer for r in records], fields, errors=errors)
 
     def close(self) -> None:
         """Release the rollout engine (vLLM holds its own weights and KV cache)."""

@@ -35,6 +35,7 @@ from fastrl.rollout.base import PromptInput, Response, SamplingConfig
 from fastrl.training import distributed as dist
 from fastrl.training.batch import PromptColumn, ResponseColumns, RolloutBatch
 from fastrl.training.components import Components, build_components, prune_view
+from fastrl.training.errors import TrainingError
 from fastrl.training.metrics import RunLogger, StageTimer, progress_postfix
 from fastrl.training.run_dir import (FINAL_DIR, Opening, RunDirError, RunLock, fault_point, open_run,
                                      write_identity, write_summary)
@@ -45,15 +46,12 @@ from fastrl.training.update import LossSettings, compute_logprobs, plan_minibatc
 log = logging.getLogger(__name__)
 
 
-class TrainingError(RuntimeError):
-    """Training cannot go on (NaN loss, failed weight sync, ...); the message says why."""
-
-
 @dataclass
 class TrainState:
     step: int = 0  # optimizer-independent count of finished rollout steps
     epoch: int = 0
     position: int = 0  # index into this epoch's prompt order
+    reward_failing_steps: int = 0  # steps in a row whose reward failed too often (check_reward_failures)
 
 
 def seed_everything(seed: int) -> None:
@@ -205,10 +203,10 @@ class Trainer:
             chosen.extend(r for r, keep in zip(records, mask) if keep)
         return chosen, drawn
 
-    def generate(self, records: list[Record], timer: StageTimer) -> tuple[RolloutBatch, dict[str, float]]:
+    def generate(self, records: list[Record], timer: StageTimer) -> tuple[RolloutBatch, dict[str, float], str | None]:
         """Rollout for the given prompts (sharded over ranks), each rank rewarding its own responses,
-        then all-gathered with their rewards. Returns the batch and the reward's failure counts
-        summed over ranks. A rank builds pixel values only for its own prompts (and, later, for
+        then all-gathered with their rewards. Returns the batch, the reward's failure counts
+        summed over ranks and its first failure (lowest rank first; None without failures). A rank builds pixel values only for its own prompts (and, later, for
         the rows it forwards: ``RolloutBatch.prompts``)."""
         rank, world = dist.rank(), dist.world_size()
         mine = list(range(rank, len(records), world))
@@ -227,38 +225,58 @@ class Trainer:
             # Every rank calls the engine, even with no prompts: hf under ZeRO-3 runs collectives.
             responses: list[Response] = self.policy.engine.generate(prompts, ns, sampling)
         with timer.stage("reward"):  # each rank scores its own responses; only the scores travel
-            scores, stats = self.policy.score([r.text for r in responses], [records[mine[r.prompt_index]] for r in responses])
+            errors: list[str] = []
+            scores, stats = self.policy.score([r.text for r in responses], [records[mine[r.prompt_index]] for r in responses],
+                                              errors)
         local = ResponseColumns.from_rows(
             [mine[r.prompt_index] for r in responses], [r.response_ids for r in responses],
             [r.text for r in responses], [r.logprobs for r in responses], [r.finish_reason for r in responses],
             rewards=torch.tensor([s["overall"] for s in scores], dtype=torch.float32),
             accuracies=torch.tensor([s["accuracy"] for s in scores], dtype=torch.float32))
-        parts = dist.all_gather_object((local, stats))
-        gathered = ResponseColumns.merge([part for part, _ in parts])  # prompt order, stable within a prompt
+        parts = dist.all_gather_object((local, stats, errors[:1]))
+        gathered = ResponseColumns.merge([part for part, _, _ in parts])  # prompt order, stable within a prompt
         rows = gathered.prompt_index.tolist()
         batch = RolloutBatch.from_columns(column.select(rows), [records[i].uid for i in rows],
                                           [records[i] for i in rows], gathered)
-        return batch, {k: float(sum(part_stats[k] for _, part_stats in parts)) for k in stats}
+        first_error = next((e for _, _, part_errors in parts for e in part_errors), None)
+        return batch, {k: float(sum(part_stats[k] for _, part_stats, _ in parts)) for k in stats}, first_error
 
     def rollout_with_filter(self, timer: StageTimer) -> tuple[RolloutBatch, dict[str, float]]:
         """Select prompts, roll out, reward; with DAPO, regenerate until the batch is full. The
-        metrics include the reward's failure counts of the last rollout."""
+        metrics include the reward's failure counts of the last rollout; a reward that keeps
+        failing stops the run here (``check_reward_failures``)."""
         buffer = self.components.new_group_buffer(self.cfg.trainer.prompts_per_step)
         prompts_seen = prompts_drawn = 0
         reward_stats: dict[str, float] = {}
+        first_error: str | None = None
         while not buffer.full:
             records, drawn = self.select_prompts(self.cfg.trainer.prompts_per_step, buffer.kept_uids)
             prompts_seen += len(records)
             prompts_drawn += drawn
-            batch, reward_stats = self.generate(records, timer)
+            batch, reward_stats, first_error = self.generate(records, timer)
             self.components.prompt_selector.record_groups(_accuracy_groups(batch))
             groups = batch.group_indices()
             buffer.add(batch.accuracies, batch.uids, payloads={u: batch.select(i) for u, i in groups.items()})
+        self.check_reward_failures(reward_stats, first_error)
         # The rollout is over: the engine frees its memory for the update (PolicyBundle.sync_and_check wakes it).
         self.policy.engine.sleep()
         batch = RolloutBatch.concat([part for _, part in buffer.take()])
         return batch, {**buffer.metrics(), K.ROLLOUT_PROMPTS_SEEN: float(prompts_seen),
                        K.ROLLOUT_PROMPTS_DRAWN: float(prompts_drawn), **reward_stats}
+
+    def check_reward_failures(self, stats: dict[str, float], first_error: str | None) -> None:
+        """Count the steps in a row whose reward failed (raised or timed out) on more than
+        data.reward_max_failure_share of their responses; at data.reward_max_failing_steps, stop
+        the run (before this step's update) with the reward's name and its first error."""
+        d = self.cfg.data
+        failures, n = stats.get(K.REWARD_FAILURES, 0.0), stats.get(K.REWARD_N, 0.0)
+        failing = n > 0 and failures / n > d.reward_max_failure_share
+        self.state.reward_failing_steps = self.state.reward_failing_steps + 1 if failing else 0
+        if self.state.reward_failing_steps >= d.reward_max_failing_steps:
+            raise TrainingError(
+                f"reward {d.reward!r} failed on {failures:.0f} of {n:.0f} responses at step {self.state.step + 1}, "
+                f"more than data.reward_max_failure_share={d.reward_max_failure_share} for "
+                f"{self.state.reward_failing_steps} steps in a row; first error: {first_error}")
 
     def compute_advantages(self, batch: RolloutBatch) -> None:
         """Sets the batch's advantages column."""

@@ -80,8 +80,9 @@ class PolicyBundle:
     def encode(self, record: Record) -> PromptInput:
         return self.kit.encode(record)
 
-    def score(self, texts: Sequence[str], records: Sequence[Record]) -> tuple[list[dict[str, float]], dict[str, float]]:
-        return self.kit.score(texts, records)
+    def score(self, texts: Sequence[str], records: Sequence[Record],
+              errors: list[str] | None = None) -> tuple[list[dict[str, float]], dict[str, float]]:
+        return self.kit.score(texts, records, errors)
 
     def sync_and_check(self, kept: RolloutBatch) -> dict[str, float]:
         """Wake the engine and push the new weights; for engines that hold their own copy, prove the
