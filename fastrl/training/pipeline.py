@@ -37,7 +37,7 @@ from fastrl.training.batch import PromptColumn, ResponseColumns, RolloutBatch
 from fastrl.training.components import Components, build_components, prune_view
 from fastrl.training.errors import TrainingError
 from fastrl.training.metrics import RunLogger, StageTimer, progress_postfix
-from fastrl.training.run_dir import (FINAL_DIR, Opening, RunDirError, RunLock, fault_point, open_run,
+from fastrl.training.run_dir import (FINAL_DIR, Opening, RunDirError, RunLock, fault_point, open_with_lock,
                                      write_identity, write_summary)
 from fastrl.training.setup import (PolicyBundle, build_policy, check_enough_prompts, limit_prompts,
                                    load_dataset_splits)
@@ -110,8 +110,7 @@ class Trainer:
         opening = Opening()
         if dist.is_main():
             try:
-                self._lock.acquire()
-                opening = open_run(self.run_dir, self.cfg, force_new=force_new)
+                opening = open_with_lock(self._lock, self.run_dir, self.cfg, force_new=force_new)
             except (ValueError, OSError) as exc:  # RunDirError, a damaged log, an unwritable dir
                 opening = Opening(error=str(exc))
         opening = dist.broadcast_object(opening)

@@ -215,6 +215,10 @@ def finished_report(run_dir: Path) -> dict[str, Any]:
 
 
 # ------------------------------------------------------------------------------------------ the lock
+class LockUnwritable(RunDirError):
+    """The run lock cannot be created or opened for writing (read-only mount, permissions)."""
+
+
 class RunLock:
     """An exclusive ``flock`` on ``<run_dir>/.lock``; the file holds the holder's pid."""
 
@@ -223,8 +227,11 @@ class RunLock:
         self._fh: IO[str] | None = None
 
     def acquire(self) -> None:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        fh = open(self.path, "a+")
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            fh = open(self.path, "a+")
+        except OSError as exc:  # a read-only mount, a folder of another user
+            raise LockUnwritable(f"{self.path}: cannot write the run lock ({exc.strerror})") from None
         try:
             fcntl.flock(fh.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -257,7 +264,10 @@ def check_unlocked(run_dir: Path) -> None:
     if int(os.environ.get("RANK", "0")) != 0 or not Path(run_dir).is_dir():
         return
     probe = RunLock(run_dir)
-    probe.acquire()
+    try:
+        probe.acquire()
+    except LockUnwritable:
+        return  # nobody can hold a lock that cannot be written; the Trainer decides (open_with_lock)
     probe.release()
 
 
@@ -288,6 +298,23 @@ class Opening:
     finished: dict[str, Any] | None = None  # the report of a finished run: nothing to train
     moved_to: str | None = None  # where --force-new moved the old contents
     error: str | None = None  # a RunDirError message: every rank raises it
+
+
+def open_with_lock(lock: RunLock, run_dir: Path, cfg: FastRLConfig, *, force_new: bool) -> Opening:
+    """Take ``lock`` and decide (``open_run``). Where the lock cannot be written (a read-only
+    mount), a finished run of this config is still reported finished, since reading needs no lock;
+    anything else is one line naming the lock and why."""
+    try:
+        lock.acquire()
+    except LockUnwritable as exc:
+        run_dir = Path(run_dir)
+        if not force_new and cfg.trainer.resume and (run_dir / CONFIG_FILE).exists() and is_finished(run_dir):
+            check_identity(run_dir, cfg)
+            if finished_steps(run_dir) == cfg.trainer.total_steps:
+                return Opening(finished=finished_report(run_dir))
+        raise RunDirError(f"{exc}; training here needs to write (only a finished run of this config can be "
+                          "reported without it): use a writable trainer.run_dir") from None
+    return open_run(run_dir, cfg, force_new=force_new)
 
 
 def open_run(run_dir: Path, cfg: FastRLConfig, *, force_new: bool) -> Opening:
