@@ -26,6 +26,7 @@ from fastrl import api  # torch-free to import: `fastrl --help` stays fast
 from fastrl.config import MODEL_DEVICES, MODEL_DTYPES, PROMPT_LENGTH_POLICIES, ROLLOUT_ENGINES
 from fastrl.logs import LEVELS
 from fastrl.logs import configure as configure_logging
+from fastrl.training.errors import TrainingError
 
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 log = logging.getLogger("fastrl.cli")
@@ -318,6 +319,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             traceback.print_exc()
         print(f"{parser.prog}: error: {exc}", file=sys.stderr)
         return 2
+    except TrainingError as exc:  # the run cannot go on (NaN loss, a reward that keeps failing, a full disk)
+        if args.debug:
+            traceback.print_exc()
+        print(f"{parser.prog}: error: {exc}", file=sys.stderr)
+        return 1
     except KeyboardInterrupt:  # Ctrl-C: one line, the shell's code for SIGINT; a run resumes from its checkpoint
         if args.debug:
             traceback.print_exc()

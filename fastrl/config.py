@@ -15,6 +15,7 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import importlib
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Sequence
@@ -117,9 +118,19 @@ class DataConfig:
     prompt_length_policy: str = "filter"
     seed: int = 1234
     shuffle: bool = True
+    # A reward call that raises or times out scores 0 and is counted (reward/failures). A step
+    # whose reward fails on more than this share of its responses is a failing step; this many
+    # failing steps in a row stop the run with the reward's name and first error. 1.0: never stop.
+    reward_max_failure_share: float = 0.5
+    reward_max_failing_steps: int = 3
 
     def __post_init__(self) -> None:
         _check_choice("data.prompt_length_policy", self.prompt_length_policy, PROMPT_LENGTH_POLICIES)
+        if not 0.0 <= self.reward_max_failure_share <= 1.0:
+            raise ConfigError(f"data.reward_max_failure_share = {self.reward_max_failure_share} must lie in [0, 1] "
+                              "(1: a failing reward never stops the run)")
+        if self.reward_max_failing_steps < 1:
+            raise ConfigError(f"data.reward_max_failing_steps = {self.reward_max_failing_steps} must be >= 1")
         if self.max_prompt_length < 1:
             raise ConfigError(f"data.max_prompt_length = {self.max_prompt_length} must be >= 1 (tokens)")
 
@@ -315,9 +326,9 @@ class OptimConfig:
     offload: bool = False
 
     def __post_init__(self) -> None:
-        if not self.lr > 0 or self.weight_decay < 0 or self.grad_clip < 0:
+        if not 0 < self.lr < math.inf or not 0 <= self.weight_decay < math.inf or not 0 <= self.grad_clip < math.inf:
             raise ConfigError(f"trainer.optim.lr = {self.lr}, trainer.optim.weight_decay = {self.weight_decay}, "
-                              f"trainer.optim.grad_clip = {self.grad_clip}: need lr > 0, weight_decay >= 0, "
+                              f"trainer.optim.grad_clip = {self.grad_clip}: need finite lr > 0, weight_decay >= 0, "
                               "grad_clip >= 0 (0: no clipping)")
         if not all(0.0 <= b < 1.0 for b in self.betas) or not self.eps > 0:
             raise ConfigError(f"trainer.optim.betas = {list(self.betas)}, trainer.optim.eps = {self.eps}: "
@@ -706,11 +717,25 @@ def load_config(
             raise ConfigError(unknown_key_message(key))
         cfg = _merge(cfg, OmegaConf.from_dotlist([ov]), f"override {ov!r}")
     try:
+        _check_finite(OmegaConf.to_container(cfg, resolve=True))
         return OmegaConf.to_object(cfg)  # type: ignore[return-value]
     except ConfigError:
         raise
     except OmegaConfBaseException as exc:
         raise ConfigError(str(exc)) from None
+
+
+def _check_finite(tree: Any, key: str = "") -> None:
+    """No number of a config may be inf or nan (``trainer.optim.lr=inf`` would train to a NaN loss):
+    one line naming the first such key."""
+    if isinstance(tree, dict):
+        for k, v in tree.items():
+            _check_finite(v, f"{key}.{k}" if key else str(k))
+    elif isinstance(tree, (list, tuple)):
+        for i, v in enumerate(tree):
+            _check_finite(v, f"{key}[{i}]")
+    elif isinstance(tree, float) and not math.isfinite(tree):
+        raise ConfigError(f"{key} = {tree}: not a finite number; give a finite value")
 
 
 def _modules_to_import(files: list[tuple[Path, dict[str, Any]]], overrides: Sequence[str],

@@ -129,23 +129,25 @@ class PolicyKit:
         return self.encoder.materialize(tokens)
 
     def score(self, texts: Sequence[str], records: Sequence[Record],
-              reward: str | None = None) -> tuple[list[dict[str, float]], dict[str, float]]:
+              reward: str | None = None, errors: list[str] | None = None,
+              ) -> tuple[list[dict[str, float]], dict[str, float]]:
         """``texts[i]`` scored against ``records[i]`` by ``reward`` (None: the spec's): (scores,
-        failure stats)."""
-        return score_records(self.spec.reward if reward is None else reward, texts, records)
+        failure stats); ``errors`` collects each failure as one line (``fastrl.rewards.score_batch``)."""
+        return score_records(self.spec.reward if reward is None else reward, texts, records, errors)
 
     def close(self) -> None:
         """Release the rollout engine (vLLM holds its own weights and KV cache)."""
         self.engine.close()
 
 
-def score_records(reward: str, texts: Sequence[str],
-                  records: Sequence[Record]) -> tuple[list[dict[str, float]], dict[str, float]]:
-    """``texts[i]`` scored against ``records[i]`` by the registered ``reward``: (scores, failure stats)."""
+def score_records(reward: str, texts: Sequence[str], records: Sequence[Record],
+                  errors: list[str] | None = None) -> tuple[list[dict[str, float]], dict[str, float]]:
+    """``texts[i]`` scored against ``records[i]`` by the registered ``reward``: (scores, failure
+    stats); ``errors`` collects each failure as one line."""
     from fastrl.rewards import score_batch
 
     fields = [{"choices": r.choices, "meta": r.meta, "source": r.source, "uid": r.uid} for r in records]
-    return score_batch(reward, list(texts), [r.answer for r in records], fields)
+    return score_batch(reward, list(texts), [r.answer for r in records], fields, errors=errors)
 
 
 def text_tokenizer(processor: Any) -> Any:

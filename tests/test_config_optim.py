@@ -79,3 +79,23 @@ def test_one_hf_model_loader() -> None:
     loading = [p.relative_to(package).as_posix() for p in package.rglob("*.py")
                if "AutoModelFor" in p.read_text() or "Model.from_pretrained" in p.read_text()]
     assert loading == ["models/loaders.py"]
+
+
+@pytest.mark.parametrize("override, key", [
+    ("trainer.optim.lr=inf", "trainer.optim.lr = inf"),
+    ("trainer.optim.lr=nan", "trainer.optim.lr = nan"),
+    ("trainer.optim.grad_clip=inf", "trainer.optim.grad_clip = inf"),
+    ("trainer.optim.betas=[0.9,inf]", "trainer.optim.betas[1] = inf"),
+    ("rollout.temperature=inf", "rollout.temperature = inf"),
+    ("algorithm.mdap.tau=nan", "algorithm.mdap.tau = nan"),
+])
+def test_a_non_finite_number_is_refused_at_load_in_one_line(override: str, key: str) -> None:
+    """Issue 24, defect 8: ``lr=inf`` was accepted and failed later on a NaN loss."""
+    with pytest.raises(ConfigError) as err:
+        load_config("methods/fastrl.yaml", [override], scale="smoke")
+    assert str(err.value).startswith(key) and "finite" in str(err.value) and "\n" not in str(err.value)
+
+
+def test_a_non_finite_learning_rate_is_refused_without_load_config() -> None:
+    with pytest.raises(ConfigError, match="trainer.optim.lr = inf"):
+        OptimConfig(lr=float("inf"))

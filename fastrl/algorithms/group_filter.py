@@ -90,6 +90,11 @@ class DynamicSamplingBuffer(Generic[T]):
     def num_kept(self) -> int:
         return len(self._kept)
 
+    @property
+    def kept_uids(self) -> set[Hashable]:
+        """The uids of the groups kept so far (a later try must not roll them out again)."""
+        return {u for u, _ in self._kept}
+
     def add(
         self,
         accuracies: Tensor | Sequence[float],

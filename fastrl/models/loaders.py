@@ -53,11 +53,24 @@ def is_vl_config(config: Any) -> bool:
     return getattr(config, "model_type", None) in VL_MODEL_TYPES or hasattr(config, "vision_config")
 
 
+class ModelFileError(ValueError):
+    """A model directory whose file is missing or damaged; the message names the file."""
+
+
 def load_tokenizer(path: str | Path) -> Any:
-    """The tokenizer of a model directory / hub id (tiny dirs: the word-level class by name)."""
-    if is_fastrl_tiny_dir(path):
-        return PreTrainedTokenizerFast.from_pretrained(str(path))
-    return AutoTokenizer.from_pretrained(str(path))
+    """The tokenizer of a model directory / hub id (tiny dirs: the word-level class by name). A
+    directory without ``tokenizer.json`` whose tokenizer cannot be built otherwise is one line
+    naming the missing file (transformers suggests installing sentencepiece instead)."""
+    try:
+        if is_fastrl_tiny_dir(path):
+            return PreTrainedTokenizerFast.from_pretrained(str(path))
+        return AutoTokenizer.from_pretrained(str(path))
+    except (ValueError, OSError, TypeError) as err:
+        missing = Path(path) / "tokenizer.json"
+        if Path(path).is_dir() and not missing.is_file():
+            raise ModelFileError(f"{missing}: missing, and the tokenizer of {path} cannot be built without it "
+                                 f"({type(err).__name__}); copy tokenizer.json from the model it came from") from None
+        raise
 
 
 def load_processor(path: str | Path, config: Any) -> Any:
@@ -93,11 +106,44 @@ def load_hf_model(path: str | Path, *, dtype: torch.dtype = torch.float32,
     kwargs: dict[str, Any] = {"dtype": dtype}
     if attn_implementation is not None:
         kwargs["attn_implementation"] = attn_implementation
-    if is_vl_config(config):
-        from transformers import AutoModelForImageTextToText
+    try:
+        if is_vl_config(config):
+            from transformers import AutoModelForImageTextToText
 
-        return AutoModelForImageTextToText.from_pretrained(str(path), **kwargs)
-    return AutoModelForCausalLM.from_pretrained(str(path), **kwargs)
+            return AutoModelForImageTextToText.from_pretrained(str(path), **kwargs)
+        return AutoModelForCausalLM.from_pretrained(str(path), **kwargs)
+    except Exception as err:  # safetensors' errors name no file: find the damaged one
+        damaged = damaged_safetensors(path)
+        if damaged is None:
+            raise
+        raise ModelFileError(f"{damaged[0]}: {damaged[1]} ({type(err).__name__}: {str(err).splitlines()[0]}); "
+                             "export or copy the model again") from None
+
+
+def damaged_safetensors(path: str | Path) -> tuple[Path, str] | None:
+    """The first ``*.safetensors`` file of a local directory whose header or size is wrong (a
+    truncated copy), with why; None when every one is whole (or ``path`` is a hub id)."""
+    import json
+    import struct
+
+    for file in sorted(Path(path).glob("*.safetensors")) if Path(path).is_dir() else []:
+        size = file.stat().st_size
+        with open(file, "rb") as fh:
+            head = fh.read(8)
+            if len(head) < 8:
+                return file, f"truncated: {size} bytes, not even a header"
+            (n,) = struct.unpack("<Q", head)
+            if 8 + n > size:
+                return file, f"truncated: {size} bytes, its header alone needs {8 + n}"
+            try:
+                header = json.loads(fh.read(n))
+            except ValueError:
+                return file, "damaged: its header is not JSON"
+        ends = [t["data_offsets"][1] for k, t in header.items() if k != "__metadata__" and "data_offsets" in t]
+        need = 8 + n + max(ends, default=0)
+        if size < need:
+            return file, f"truncated: {size} of {need} bytes"
+    return None
 
 
 def load_policy(path: str | Path, *, dtype: torch.dtype = torch.float32,

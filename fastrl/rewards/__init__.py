@@ -81,25 +81,27 @@ def _zero(name: str) -> dict[str, float]:
     return {k: 0.0 for k in REWARD_KEYS[name]}
 
 
-def _call(name: str, response: str, ground_truth: str, fields: Mapping[str, Any], timeout_s: float, mode: str) -> tuple[dict[str, float], str | None]:
-    """(scores, failure kind or None)."""
+def _call(name: str, response: str, ground_truth: str, fields: Mapping[str, Any], timeout_s: float,
+          mode: str) -> tuple[dict[str, float], str | None, str]:
+    """(scores, failure kind or None, the failure as one line or "")."""
     fn = get_reward_fn(name)
     try:
         out = run_time_boxed(fn, response, ground_truth, timeout_s=timeout_s, mode=mode, **dict(fields))
-        return {k: float(v) for k, v in out.items()}, None
+        return {k: float(v) for k, v in out.items()}, None, ""
     except GradingTimeout as e:
         log.warning("reward %s timed out (scored 0): %s", name, e)
-        return _zero(name), "timeout"
-    except Exception as e:  # a reward must never stop a run: score 0 and count it
+        return _zero(name), "timeout", f"GradingTimeout: {e}"
+    except Exception as e:  # one failing call never stops a run: score 0 and count it (the trainer
+        # stops a run whose reward keeps failing: data.reward_max_failure_share)
         log.warning("reward %s raised (scored 0): %s: %s", name, type(e).__name__, e)
-        return _zero(name), "error"
+        return _zero(name), "error", f"{type(e).__name__}: {e}"
 
 
 def guarded_call(
     name: str, response: str, ground_truth: str, *, timeout_s: float = DEFAULT_TIMEOUT_S, mode: str = "auto", **record_fields: Any
 ) -> dict[str, float]:
     """One time-boxed reward call; failures score 0 and bump ``failure_counts()``."""
-    scores, failure = _call(name, response, ground_truth, record_fields, timeout_s, mode)
+    scores, failure, _ = _call(name, response, ground_truth, record_fields, timeout_s, mode)
     if failure is not None:
         with _counts_lock:
             _FAILURE_COUNTS[K.REWARD_FAILURES] += 1
@@ -121,12 +123,14 @@ def score_batch(
     *,
     timeout_s: float = DEFAULT_TIMEOUT_S,
     mode: str = "auto",
+    errors: list[str] | None = None,
 ) -> tuple[list[dict[str, float]], dict[str, float]]:
     """Score ``responses[i]`` against ``ground_truths[i]`` (with ``record_fields[i]`` as kwargs).
 
     Returns per-response score dicts and stats: ``reward/failures`` (responses scored 0 because the
     grader raised or timed out, time-outs included), ``reward/timeouts`` (the time-outs among them)
-    and ``reward/n``.
+    and ``reward/n``. ``errors``, when given, gets each failure appended as one line
+    (``ExceptionType: message``), in response order.
     """
     get_reward_fn(fn_name)  # unknown names fail before any work
     if len(responses) != len(ground_truths):
@@ -137,7 +141,9 @@ def score_batch(
     failures = timeouts = 0
     for i, (resp, gt) in enumerate(zip(responses, ground_truths)):
         fields = {k: v for k, v in (record_fields[i] if record_fields is not None else {}).items() if k in RECORD_FIELDS}
-        s, failure = _call(fn_name, resp, gt, fields, timeout_s, mode)
+        s, failure, detail = _call(fn_name, resp, gt, fields, timeout_s, mode)
+        if failure is not None and errors is not None:
+            errors.append(detail.splitlines()[0] if detail.strip() else detail)
         failures += failure is not None
         timeouts += failure == "timeout"
         scores.append(s)

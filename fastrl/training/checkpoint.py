@@ -36,6 +36,7 @@ restored on load.
 
 from __future__ import annotations
 
+import errno
 import json
 import logging
 import os
@@ -210,15 +211,19 @@ def save_checkpoint(
     D.barrier()
 
     rng_per_rank = D.all_gather_object(capture_rng_state())
-    actor.save(tmp, client_state={"step": step})
+    try:
+        actor.save(tmp, client_state={"step": step})
+        if D.is_main():
+            fault_point("save_after_actor")
+            torch.save(
+                {"step": step, "world_size": D.world_size(), "state": state, "rng": rng_per_rank},
+                tmp / STATE_FILE,
+            )
+            (tmp / COMPLETE_FILE).write_text(f"step_{step}\n")
+            _fsync_tree(tmp)
+    except (OSError, RuntimeError) as exc:
+        raise _write_failure(run_dir, tmp, step, exc) from exc
     if D.is_main():
-        fault_point("save_after_actor")
-        torch.save(
-            {"step": step, "world_size": D.world_size(), "state": state, "rng": rng_per_rank},
-            tmp / STATE_FILE,
-        )
-        (tmp / COMPLETE_FILE).write_text(f"step_{step}\n")
-        _fsync_tree(tmp)
         fault_point("save_before_commit")
         _commit(root, tmp, final)
         _fsync_dir(root)
@@ -229,6 +234,58 @@ def save_checkpoint(
                 shutil.rmtree(path)
     D.barrier()
     return final
+
+
+def _write_failure(run_dir: Path, tmp: Path, step: int, exc: BaseException) -> BaseException:
+    """A checkpoint write that failed for want of space (a full disk, a quota, a file-size limit)
+    as one line naming the file and the cause; ``exc`` itself for any other error. torch's writer
+    reports a full disk as ``inline_container.cc ... unexpected pos`` with no errno and no file:
+    the file is then the one written last, and the cause what growing it says now."""
+    from fastrl.training.errors import TrainingError
+
+    errno_ = exc.errno if isinstance(exc, OSError) else None
+    file = Path(exc.filename) if isinstance(exc, OSError) and exc.filename else _newest_file(tmp)
+    if errno_ is None and file is not None:
+        errno_ = _grow_errno(file)
+    if errno_ in _NO_SPACE:
+        cause = os.strerror(errno_)
+    elif _SHORT_WRITE in str(exc) and file is not None:
+        cause = f"the write stopped short ({shutil.disk_usage(file.parent).free} bytes free there)"
+    else:
+        return exc
+    shutil.rmtree(tmp, ignore_errors=True)  # frees the space the partial checkpoint took
+    previous = [s for s, _ in checkpoint_candidates(run_dir)]
+    resume = f"step_{previous[0]}" if previous else "the start (no checkpoint yet)"
+    return TrainingError(f"{file or tmp}: cannot write checkpoint step_{step}: {cause}; the run stopped there "
+                         f"and resumes from {resume}: free space and run it again")
+
+
+_NO_SPACE = {errno.ENOSPC, errno.EFBIG, errno.EDQUOT}
+_SHORT_WRITE = "unexpected pos"  # torch's zip writer (inline_container.cc) after a short write
+_PROBE_BYTES = 64 << 20
+
+
+def _newest_file(root: Path) -> Path | None:
+    files = [p for p in root.rglob("*") if p.is_file()] if root.is_dir() else []
+    return max(files, key=lambda p: p.stat().st_mtime_ns) if files else None
+
+
+def _grow_errno(file: Path) -> int | None:
+    """The errno that reserving 64 MiB more for ``file`` gets now (None if it succeeds; the file
+    is cut back): ENOSPC on a full disk, EFBIG past a file-size limit."""
+    try:
+        fd = os.open(file, os.O_WRONLY)
+    except OSError as probe:
+        return probe.errno
+    try:
+        size = os.fstat(fd).st_size
+        os.posix_fallocate(fd, size, _PROBE_BYTES)
+        os.ftruncate(fd, size)
+    except OSError as probe:
+        return probe.errno
+    finally:
+        os.close(fd)
+    return None
 
 
 def checkpoint_candidates(run_dir: Path, *, warn: bool = False) -> list[tuple[int, Path]]:

@@ -17,6 +17,10 @@ class RunDirError(ValueError):
     """The run directory belongs to another config, another process, or cannot be resumed."""
 
 
+class LockUnwritable(RunDirError):
+    """The run lock cannot be created or opened for writing (read-only mount, permissions)."""
+
+
 class RunLock:
     """An exclusive ``flock`` on ``<run_dir>/.lock``; the file holds the holder's pid."""
 
@@ -25,8 +29,11 @@ class RunLock:
         self._fh: IO[str] | None = None
 
     def acquire(self) -> None:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        fh = open(self.path, "a+")
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            fh = open(self.path, "a+")
+        except OSError as exc:  # a read-only mount, a folder of another user
+            raise LockUnwritable(f"{self.path}: cannot write the run lock ({exc.strerror})") from None
         try:
             fcntl.flock(fh.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -59,5 +66,8 @@ def check_unlocked(run_dir: Path) -> None:
     if int(os.environ.get("RANK", "0")) != 0 or not Path(run_dir).is_dir():
         return
     probe = RunLock(run_dir)
-    probe.acquire()
+    try:
+        probe.acquire()
+    except LockUnwritable:
+        return  # nobody can hold a lock that cannot be written; the Trainer decides (open_with_lock)
     probe.release()

@@ -20,7 +20,7 @@ import time
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Collection, Sequence
 
 import numpy as np
 import torch
@@ -36,19 +36,17 @@ from fastrl.training import distributed as dist
 from fastrl.training.batch import PromptColumn, ResponseColumns, RolloutBatch
 from fastrl.training.components import Components, build_components, prune_view
 from fastrl.logs import progress_bar
+from fastrl.training.errors import TrainingError
 from fastrl.training.faults import fault_point
 from fastrl.training.identity import write_identity
 from fastrl.training.lock import RunDirError, RunLock
 from fastrl.training.metrics import RunLogger, StageTimer, progress_postfix, step_line
-from fastrl.training.run_dir import FINAL_DIR, Opening, open_run, write_summary
-from fastrl.training.setup import PolicyBundle, build_policy, limit_prompts, load_dataset_splits
+from fastrl.training.run_dir import FINAL_DIR, Opening, open_with_lock, write_summary
+from fastrl.training.setup import (PolicyBundle, build_policy, check_enough_prompts, limit_prompts,
+                                   load_dataset_splits)
 from fastrl.training.update import LossSettings, compute_logprobs, plan_minibatches, rank_plan, update_policy
 
 log = logging.getLogger(__name__)
-
-
-class TrainingError(RuntimeError):
-    """Training cannot go on (NaN loss, failed weight sync, ...); the message says why."""
 
 
 @dataclass
@@ -56,6 +54,7 @@ class TrainState:
     step: int = 0  # optimizer-independent count of finished rollout steps
     epoch: int = 0
     position: int = 0  # index into this epoch's prompt order
+    reward_failing_steps: int = 0  # steps in a row whose reward failed too often (check_reward_failures)
 
 
 def seed_everything(seed: int) -> None:
@@ -90,6 +89,7 @@ class Trainer:
         try:
             check_loggers_installed(cfg.trainer.loggers)
             splits = load_dataset_splits(cfg)  # bad data fails here, before any model is built
+            check_enough_prompts(cfg, len(splits.train.records))
             self.policy = build_policy(cfg)
             # Token ids and image references of every record, never pixel tensors (a float32
             # Qwen2.5-VL image is megabytes): those are built per batch (``materialize``).
@@ -97,6 +97,7 @@ class Trainer:
             self.prompt_limit = PromptLimit(cfg.data.max_prompt_length, cfg.data.prompt_length_policy)
             self.train_records, self.val_records, self.ood_records = limit_prompts(
                 splits, within_limit=self._within_prompt_limit)
+            check_enough_prompts(cfg, len(self.train_records), after=" within data.max_prompt_length")
             self.ood_formats = ood_formats(cfg, self.ood_records)
             if dist.is_main():  # the run's identity, written once (model and data were built)
                 write_identity(self.run_dir, cfg)
@@ -113,8 +114,7 @@ class Trainer:
         opening = Opening()
         if dist.is_main():
             try:
-                self._lock.acquire()
-                opening = open_run(self.run_dir, self.cfg, force_new=force_new)
+                opening = open_with_lock(self._lock, self.run_dir, self.cfg, force_new=force_new)
             except (ValueError, OSError) as exc:  # RunDirError, a damaged log, an unwritable dir
                 opening = Opening(error=str(exc))
         opening = dist.broadcast_object(opening)
@@ -163,23 +163,33 @@ class Trainer:
         g = torch.Generator().manual_seed(self.cfg.data.seed * 1_000_003 + epoch)
         return torch.randperm(n, generator=g).tolist()
 
-    def next_records(self, count: int) -> list[Record]:
-        """The next ``count`` training prompts, wrapping into a new epoch (reshuffled) as needed."""
-        out: list[Record] = []
-        while len(out) < count:
+    def next_records(self, count: int, exclude: Collection[str] = ()) -> list[Record]:
+        """The next ``count`` training prompts: distinct, and none whose uid is in ``exclude`` (the
+        prompts already in this step's batch), so a group never holds two rollouts of one prompt.
+        As the release's loader (drop_last, reshuffled per epoch), a draw never straddles two
+        epochs: when fewer than ``count`` eligible prompts are left in this epoch's order, they are
+        skipped and the next epoch begins; prompts in ``exclude`` are passed over."""
+        if count + len(exclude) > len(self.train_records):
+            raise TrainingError(
+                f"step {self.state.step} needs {count} more distinct prompts besides the {len(exclude)} already in "
+                f"its batch, but there are {len(self.train_records)} training prompts; use more training prompts "
+                f"or lower trainer.prompts_per_step (now {self.cfg.trainer.prompts_per_step})")
+        while True:
             order = self._epoch_order(self.state.epoch)
-            take = order[self.state.position : self.state.position + count - len(out)]
-            out.extend(self.train_records[i] for i in take)
-            self.state.position += len(take)
-            if self.state.position >= len(order):
-                self.state.epoch += 1
-                self.state.position = 0
-        return out
+            rest = order[self.state.position:]
+            eligible = [i for i in rest if self.train_records[i].uid not in exclude][:count]
+            if len(eligible) == count:
+                self.state.position += rest.index(eligible[-1]) + 1
+                if self.state.position >= len(order):
+                    self.state.epoch, self.state.position = self.state.epoch + 1, 0
+                return [self.train_records[i] for i in eligible]
+            self.state.epoch, self.state.position = self.state.epoch + 1, 0
 
     # ------------------------------------------------------------------ stages
-    def select_prompts(self, count: int) -> tuple[list[Record], int]:
+    def select_prompts(self, count: int, exclude: Collection[str] = ()) -> tuple[list[Record], int]:
         """``count`` prompts the selector accepts, drawing further prompts for the ones it skips
-        (GRESO's own trainer refills: a step never shrinks). Returns (prompts, prompts drawn)."""
+        (GRESO's own trainer refills: a step never shrinks), none of them in ``exclude`` (uids
+        already in the step's batch). Returns (prompts, prompts drawn)."""
         g = torch.Generator().manual_seed(self.cfg.trainer.seed * 7919 + self.state.step)
         chosen: list[Record] = []
         drawn = 0
@@ -190,16 +200,16 @@ class Trainer:
                     f"the prompt selector {self.cfg.algorithm.prompt_selector!r} accepted {len(chosen)} of {drawn} "
                     f"prompts drawn at step {self.state.step}; raise algorithm.greso.floor "
                     f"(now {self.cfg.algorithm.greso.floor}) or use more training prompts")
-            records = self.next_records(count - len(chosen))
+            records = self.next_records(count - len(chosen), {*exclude, *(r.uid for r in chosen)})
             drawn += len(records)
             mask = self.components.prompt_selector.select([r.uid for r in records], g)
             chosen.extend(r for r, keep in zip(records, mask) if keep)
         return chosen, drawn
 
-    def generate(self, records: list[Record], timer: StageTimer) -> tuple[RolloutBatch, dict[str, float]]:
+    def generate(self, records: list[Record], timer: StageTimer) -> tuple[RolloutBatch, dict[str, float], str | None]:
         """Rollout for the given prompts (sharded over ranks), each rank rewarding its own responses,
-        then all-gathered with their rewards. Returns the batch and the reward's failure counts
-        summed over ranks. A rank builds pixel values only for its own prompts (and, later, for
+        then all-gathered with their rewards. Returns the batch, the reward's failure counts
+        summed over ranks and its first failure (lowest rank first; None without failures). A rank builds pixel values only for its own prompts (and, later, for
         the rows it forwards: ``RolloutBatch.prompts``)."""
         rank, world = dist.rank(), dist.world_size()
         mine = list(range(rank, len(records), world))
@@ -218,38 +228,58 @@ class Trainer:
             # Every rank calls the engine, even with no prompts: hf under ZeRO-3 runs collectives.
             responses: list[Response] = self.policy.engine.generate(prompts, ns, sampling)
         with timer.stage("reward"):  # each rank scores its own responses; only the scores travel
-            scores, stats = self.policy.score([r.text for r in responses], [records[mine[r.prompt_index]] for r in responses])
+            errors: list[str] = []
+            scores, stats = self.policy.score([r.text for r in responses], [records[mine[r.prompt_index]] for r in responses],
+                                              errors=errors)
         local = ResponseColumns.from_rows(
             [mine[r.prompt_index] for r in responses], [r.response_ids for r in responses],
             [r.text for r in responses], [r.logprobs for r in responses], [r.finish_reason for r in responses],
             rewards=torch.tensor([s["overall"] for s in scores], dtype=torch.float32),
             accuracies=torch.tensor([s["accuracy"] for s in scores], dtype=torch.float32))
-        parts = dist.all_gather_object((local, stats))
-        gathered = ResponseColumns.merge([part for part, _ in parts])  # prompt order, stable within a prompt
+        parts = dist.all_gather_object((local, stats, errors[:1]))
+        gathered = ResponseColumns.merge([part for part, _, _ in parts])  # prompt order, stable within a prompt
         rows = gathered.prompt_index.tolist()
         batch = RolloutBatch.from_columns(column.select(rows), [records[i].uid for i in rows],
                                           [records[i] for i in rows], gathered)
-        return batch, {k: float(sum(part_stats[k] for _, part_stats in parts)) for k in stats}
+        first_error = next((e for _, _, part_errors in parts for e in part_errors), None)
+        return batch, {k: float(sum(part_stats[k] for _, part_stats, _ in parts)) for k in stats}, first_error
 
     def rollout_with_filter(self, timer: StageTimer) -> tuple[RolloutBatch, dict[str, float]]:
         """Select prompts, roll out, reward; with DAPO, regenerate until the batch is full. The
-        metrics include the reward's failure counts of the last rollout."""
+        metrics include the reward's failure counts of the last rollout; a reward that keeps
+        failing stops the run here (``check_reward_failures``)."""
         buffer = self.components.new_group_buffer(self.cfg.trainer.prompts_per_step)
         prompts_seen = prompts_drawn = 0
         reward_stats: dict[str, float] = {}
+        first_error: str | None = None
         while not buffer.full:
-            records, drawn = self.select_prompts(self.cfg.trainer.prompts_per_step)
+            records, drawn = self.select_prompts(self.cfg.trainer.prompts_per_step, buffer.kept_uids)
             prompts_seen += len(records)
             prompts_drawn += drawn
-            batch, reward_stats = self.generate(records, timer)
+            batch, reward_stats, first_error = self.generate(records, timer)
             self.components.prompt_selector.record_groups(_accuracy_groups(batch))
             groups = batch.group_indices()
             buffer.add(batch.accuracies, batch.uids, payloads={u: batch.select(i) for u, i in groups.items()})
+        self.check_reward_failures(reward_stats, first_error)
         # The rollout is over: the engine frees its memory for the update (PolicyBundle.sync_and_check wakes it).
         self.policy.engine.sleep()
         batch = RolloutBatch.concat([part for _, part in buffer.take()])
         return batch, {**buffer.metrics(), K.ROLLOUT_PROMPTS_SEEN: float(prompts_seen),
                        K.ROLLOUT_PROMPTS_DRAWN: float(prompts_drawn), **reward_stats}
+
+    def check_reward_failures(self, stats: dict[str, float], first_error: str | None) -> None:
+        """Count the steps in a row whose reward failed (raised or timed out) on more than
+        data.reward_max_failure_share of their responses; at data.reward_max_failing_steps, stop
+        the run (before this step's update) with the reward's name and its first error."""
+        d = self.cfg.data
+        failures, n = stats.get(K.REWARD_FAILURES, 0.0), stats.get(K.REWARD_N, 0.0)
+        failing = n > 0 and failures / n > d.reward_max_failure_share
+        self.state.reward_failing_steps = self.state.reward_failing_steps + 1 if failing else 0
+        if self.state.reward_failing_steps >= d.reward_max_failing_steps:
+            raise TrainingError(
+                f"reward {d.reward!r} failed on {failures:.0f} of {n:.0f} responses at step {self.state.step + 1}, "
+                f"more than data.reward_max_failure_share={d.reward_max_failure_share} for "
+                f"{self.state.reward_failing_steps} steps in a row; first error: {first_error}")
 
     def compute_advantages(self, batch: RolloutBatch) -> None:
         """Sets the batch's advantages column."""

@@ -31,7 +31,7 @@ from typing import Any, Mapping
 from fastrl import metric_keys as K
 from fastrl.config import FastRLConfig
 from fastrl.training.identity import CONFIG_FILE, check_identity
-from fastrl.training.lock import LOCK_FILE, RunDirError
+from fastrl.training.lock import LOCK_FILE, LockUnwritable, RunDirError, RunLock
 from fastrl.training.metrics import read_metrics
 
 log = logging.getLogger(__name__)
@@ -97,6 +97,23 @@ class Opening:
     finished: dict[str, Any] | None = None  # the report of a finished run: nothing to train
     moved_to: str | None = None  # where --force-new moved the old contents
     error: str | None = None  # a RunDirError message: every rank raises it
+
+
+def open_with_lock(lock: RunLock, run_dir: Path, cfg: FastRLConfig, *, force_new: bool) -> Opening:
+    """Take ``lock`` and decide (``open_run``). Where the lock cannot be written (a read-only
+    mount), a finished run of this config is still reported finished, since reading needs no lock;
+    anything else is one line naming the lock and why."""
+    try:
+        lock.acquire()
+    except LockUnwritable as exc:
+        run_dir = Path(run_dir)
+        if not force_new and cfg.trainer.resume and (run_dir / CONFIG_FILE).exists() and is_finished(run_dir):
+            check_identity(run_dir, cfg)
+            if finished_steps(run_dir) == cfg.trainer.total_steps:
+                return Opening(finished=finished_report(run_dir))
+        raise RunDirError(f"{exc}; training here needs to write (only a finished run of this config can be "
+                          "reported without it): use a writable trainer.run_dir") from None
+    return open_run(run_dir, cfg, force_new=force_new)
 
 
 def open_run(run_dir: Path, cfg: FastRLConfig, *, force_new: bool) -> Opening:

@@ -82,8 +82,9 @@ class PolicyBundle:
         return self.kit.encode(record, template)
 
     def score(self, texts: Sequence[str], records: Sequence[Record],
-              reward: str | None = None) -> tuple[list[dict[str, float]], dict[str, float]]:
-        return self.kit.score(texts, records, reward)
+              reward: str | None = None, errors: list[str] | None = None,
+              ) -> tuple[list[dict[str, float]], dict[str, float]]:
+        return self.kit.score(texts, records, reward, errors=errors)
 
     def sync_and_check(self, kept: RolloutBatch) -> dict[str, float]:
         """Wake the engine and push the new weights; for engines that hold their own copy, prove the
@@ -291,6 +292,18 @@ def load_dataset_splits(cfg: FastRLConfig) -> DatasetSplits:
     for split in splits.values():
         _check_ground_truths(split, d.reward)
     return DatasetSplits(train, val, ood)
+
+
+def check_enough_prompts(cfg: FastRLConfig, num_train: int, after: str = "") -> None:
+    """A step's prompts are distinct (its groups are keyed by prompt uid), so a training set
+    smaller than trainer.prompts_per_step cannot fill one step: refused, with the numbers."""
+    need = cfg.trainer.prompts_per_step
+    if num_train < need:
+        source = ", ".join(cfg.data.train_files) if cfg.data.task == "files" else \
+            f"data.task={cfg.data.task} with data.num_train={cfg.data.num_train}"
+        raise DataError(f"{source}: {num_train} training prompts{after} < trainer.prompts_per_step={need} "
+                        f"(a step rolls out that many distinct prompts); use more training prompts or lower "
+                        f"trainer.prompts_per_step")
 
 
 def limit_prompts(

@@ -40,6 +40,14 @@ def test_buffer_fills_across_tries_and_truncates():
     assert buf.metrics() == {"rollout/tries": 2.0} and buf.num_kept == 4 and buf.seen_groups == 5
 
 
+def test_kept_uids_are_what_a_later_try_must_not_roll_out_again():
+    """Issue 24, defect 1: the trainer passes them to the prompt stream, so a DAPO try after an
+    epoch wrap cannot draw a prompt already kept (its groups would merge by uid)."""
+    buf = DynamicSamplingBuffer(target_groups=3, max_tries=5)
+    buf.add([1, 1, 0, 1, 0, 1], ["a", "a", "b", "b", "c", "c"])
+    assert buf.kept_uids == {"b", "c"}
+
+
 def test_buffer_error_after_max_tries():
     buf = DynamicSamplingBuffer(target_groups=2, max_tries=20)
     for _ in range(19):

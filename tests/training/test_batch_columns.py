@@ -108,9 +108,9 @@ def test_a_rank_builds_pixels_only_for_the_rows_it_generates_for_or_forwards(tmp
     def gather(obj):  # generate's (responses, reward stats): rank 1 answered prompts 1, 3, ...
         if not (isinstance(obj, tuple) and isinstance(obj[1], dict)):
             return [obj, obj]  # anything else (the actor's backward counts): rank 1 agrees
-        local, stats = obj
+        local, stats, errors = obj
         generated.extend(sorted(set(local.prompt_index.tolist())))
-        return [obj, (replace(local, prompt_index=local.prompt_index + 1), stats)]
+        return [obj, (replace(local, prompt_index=local.prompt_index + 1), stats, errors)]
 
     def update_policy(actor, batch, plan, *, pad_id, **kw):  # its forward inputs, without the 2-rank all-reduce
         forwarded.extend(batch.uids)

@@ -3,6 +3,7 @@ must end with exactly the metrics and weights of an uninterrupted run (plain tor
 
 from __future__ import annotations
 
+import errno
 import os
 import random
 import shutil
@@ -161,3 +162,48 @@ def test_sigkill_mid_save_then_resume_matches_uninterrupted(tmp_path: Path) -> N
     c = torch.load(forgot / "result.pt", weights_only=False)
     assert c["metrics"][:3] == a["metrics"][:3]
     assert c["metrics"][3:] != a["metrics"][3:]
+
+
+def test_a_checkpoint_write_past_a_file_size_limit_is_one_line_naming_the_file(tmp_path: Path) -> None:
+    """Issue 24, defect 5: a full disk during a save gave torch's ``inline_container.cc ... unexpected
+    pos`` traceback, naming no file and no cause. A real limit: RLIMIT_FSIZE in a subprocess."""
+    script = Path(__file__).resolve().parent / "scripts" / "full_disk_save.py"
+    env = dict(os.environ, PYTHONPATH=str(REPO))  # this checkout's fastrl
+    proc = subprocess.run([sys.executable, str(script), str(tmp_path)], capture_output=True, text=True,
+                          cwd=REPO, env=env, timeout=120)
+    out = proc.stdout.strip()
+    assert proc.returncode == 0 and len(out.splitlines()) == 1, proc.stdout + proc.stderr
+    assert out.startswith(f"TrainingError: {tmp_path / 'ckpt' / '.tmp-step_2' / 'actor_state.pt'}: cannot write "
+                          "checkpoint step_2: File too large"), out
+    assert "resumes from step_1" in out and "inline_container" not in out
+    assert not (tmp_path / "ckpt" / ".tmp-step_2").exists()  # the partial checkpoint's space is freed
+    assert [s for s, _ in C.checkpoint_candidates(tmp_path)] == [1]  # recovery: step_1 is still the newest
+
+
+def test_a_full_disk_during_a_save_is_one_line_naming_the_file_and_the_cause(tmp_path: Path, monkeypatch) -> None:
+    actor = _actor()
+    C.save_checkpoint(tmp_path, 1, actor, {})
+    real_save = torch.save
+
+    def full_disk(obj, f, *a, **kw):  # the plain actor's file fits; the trainer state hits a full disk
+        if Path(f).name == C.STATE_FILE:
+            raise RuntimeError("[enforce fail at inline_container.cc:672] . unexpected pos 704 vs 598")
+        return real_save(obj, f, *a, **kw)
+
+    monkeypatch.setattr(torch, "save", full_disk)
+    monkeypatch.setattr(C, "_grow_errno", lambda file: errno.ENOSPC)  # what a write to the full disk gets
+    with pytest.raises(Exception) as err:
+        C.save_checkpoint(tmp_path, 2, actor, {})
+    assert type(err.value).__name__ == "TrainingError"
+    assert str(err.value).startswith(f"{tmp_path / 'ckpt' / '.tmp-step_2'}")
+    assert ": cannot write checkpoint step_2: No space left on device; " in str(err.value)
+    assert [s for s, _ in C.checkpoint_candidates(tmp_path)] == [1]
+
+
+def test_other_save_errors_keep_their_own_exception(tmp_path: Path, monkeypatch) -> None:
+    def bug(obj, f, *a, **kw):
+        raise RuntimeError("a bug, not a full disk")
+
+    monkeypatch.setattr(torch, "save", bug)
+    with pytest.raises(RuntimeError, match="a bug, not a full disk"):
+        C.save_checkpoint(tmp_path, 1, _actor(), {})

@@ -22,19 +22,19 @@ def test_a_rank_scores_its_own_responses_and_gathers_the_others_scores(tmp_path:
     scored: list[list[str]] = []
     real_score = trainer.policy.kit.score
 
-    def score(texts, graded):
+    def score(texts, graded, reward=None, errors=None):
         scored.append([r.uid for r in graded])
-        return real_score(texts, graded)
+        return real_score(texts, graded, reward, errors=errors)
 
     # rank 0 of 2: prompts 0 and 2 are ours; rank 1 generated prompt 1, scored it 1.5 / 1.0, and had 1 failure
     other = (ResponseColumns.from_rows([1], [[7, 8]], ["other rank's text"], [[-0.5, -0.5]], ["stop"],
                                        rewards=torch.tensor([1.5]), accuracies=torch.tensor([1.0])),
-             {"reward/failures": 1.0, "reward/timeouts": 0.0, "reward/n": 1.0})
+             {"reward/failures": 1.0, "reward/timeouts": 0.0, "reward/n": 1.0}, ["ValueError: rank 1's"])
     monkeypatch.setattr(dist, "rank", lambda: 0)
     monkeypatch.setattr(dist, "world_size", lambda: 2)
     monkeypatch.setattr(dist, "all_gather_object", lambda obj: [obj, other])
     monkeypatch.setattr(trainer.policy.kit, "score", score)
-    batch, reward_stats = trainer.generate(records, StageTimer())
+    batch, reward_stats, first_error = trainer.generate(records, StageTimer())
     trainer.close()
     n = trainer.cfg.rollout.n
     assert scored == [[records[0].uid] * n + [records[2].uid] * n]  # ours only, never prompt 1
@@ -42,6 +42,7 @@ def test_a_rank_scores_its_own_responses_and_gathers_the_others_scores(tmp_path:
     assert batch.rewards[n].item() == 1.5 and batch.accuracies[n].item() == 1.0  # the other rank's score
     assert batch.response_ids[n] == [7, 8] and batch.texts[n] == "other rank's text"
     assert reward_stats["reward/n"] == 2 * n + 1 and reward_stats["reward/failures"] >= 1.0  # returned, summed over ranks
+    assert first_error is not None  # ours if rank 0 failed too, else rank 1's
     assert not hasattr(trainer, "_reward_stats")
 
 
