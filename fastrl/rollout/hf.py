@@ -275,18 +275,21 @@ class HFRolloutEngine:
     ) -> list[Response]:
         """Rows ``prompts[i] for i in prompt_index``, sampled in one ``generate``."""
         device = module_device(self.model)  # prompts go where the model is; results come back on the CPU
-        # collate with empty responses = left-padded prompts plus image tensors.
-        batch = collate([prompts[i] for i in prompt_index], [[] for _ in prompt_index], self.pad_token_id)
+        # collate with empty responses = left-padded prompts plus image tensors (none with a prefill:
+        # its cache holds the images' work, so the rows need no copies of their prompt's pixels)
+        rows = [prompts[i] for i in prompt_index]
+        if prefill:
+            rows = [PromptInput(uid=p.uid, prompt_ids=p.prompt_ids) for p in rows]
+        batch = collate(rows, [[] for _ in rows], self.pad_token_id)
         kwargs: dict[str, Any] = {
             "input_ids": batch["input_ids"].to(device),
             "attention_mask": batch["attention_mask"].to(device),
         }
-        if prefill:  # the cache holds the images' work: generate gets no image inputs
+        if prefill:
             kwargs["past_key_values"] = self._prefill(prompts, prompt_index, batch["input_ids"].shape[1], device)
-        else:
-            for key in ("pixel_values", "image_grid_thw", "mm_token_type_ids"):
-                if key in batch:
-                    kwargs[key] = batch[key].to(device)
+        for key in ("pixel_values", "image_grid_thw", "mm_token_type_ids"):
+            if key in batch:
+                kwargs[key] = batch[key].to(device)
         P = batch["input_ids"].shape[1]
         recorder = _RawLogprobRecorder()
         kwargs.update(generation_config=gen_cfg, stopping_criteria=StoppingCriteriaList([recorder]),
