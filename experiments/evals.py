@@ -5,6 +5,9 @@
   ``<run>/eval/<name>/eval.json`` (the trainer evaluates only generator variants itself).
 - Table 4, every scale: avg@k and pass@k (k = 16) on the in-domain validation set and the
   out-of-domain benchmarks, written to ``<run>/eval_k16/<name>/eval.json``.
+- Sized by scale (``problem_limit``): at smoke a benchmark is its first ``data.num_val`` problems
+  (16; a smoke target is a check that the path runs, in seconds), at mini and paper every problem
+  (a generated task's 200, a file's rows).
 
 A run's pending evaluations go to ONE ``fastrl eval`` process (``eval_groups`` / ``run_group``):
 the model is loaded once, every benchmark is one batched ``generate`` call of all its problems x
@@ -48,6 +51,7 @@ class EvalJob:
     max_new_tokens: int
     engine: str  # hf | vllm
     threads: int = 0  # torch intra-op threads (the run's trainer.torch_threads; 0: torch's default)
+    limit: int = 0  # the first N problems of each benchmark (0: all; see problem_limit)
 
     def done(self) -> bool:
         return (self.out_dir / "eval.json").is_file()
@@ -56,7 +60,7 @@ class EvalJob:
         return ["eval", "--model", str(self.run_dir), "--benchmark", self.benchmark, "--k", str(self.k),
                 "--sampling", self.sampling, "--template", self.template, "--reward", self.reward,
                 "--max-new-tokens", str(self.max_new_tokens), "--engine", self.engine, "--threads", str(self.threads),
-                "--out", str(self.out_dir)]
+                "--limit", str(self.limit), "--out", str(self.out_dir)]
 
 
 def safe_name(name: str) -> str:
@@ -70,6 +74,13 @@ def run_config(run_dir: Path) -> dict[str, Any]:
     return yaml.safe_load(p.read_text())
 
 
+def problem_limit(scale: str, cfg: dict[str, Any]) -> int:
+    """Problems per benchmark of a run's evaluations: at smoke the run's own ``data.num_val`` (16),
+    so that a smoke target's evaluations take seconds (at 200 problems x k = 16 each took 45-60 s);
+    elsewhere 0, every problem."""
+    return int(cfg["data"]["num_val"]) if scale == "smoke" else 0
+
+
 def eval_jobs(spec: RunSpec, *, k: int, subdir: str, include_in_domain: bool) -> list[EvalJob]:
     """The evaluations of one finished run (its composed config.yaml says what it trained on)."""
     cfg = run_config(spec.run_dir)
@@ -78,11 +89,12 @@ def eval_jobs(spec: RunSpec, *, k: int, subdir: str, include_in_domain: bool) ->
     engine = "vllm" if spec.scale == "paper" else "hf"
     # the run's own thread count (mini: 1, which beats torch's default by far on a loaded box)
     threads = int(cfg["trainer"]["torch_threads"])
+    limit = problem_limit(spec.scale, cfg)
     jobs: list[EvalJob] = []
 
     def add(name: str, bench: str, template: str, reward: str) -> None:
         jobs.append(EvalJob(spec.run_dir, name, bench, spec.run_dir / subdir / safe_name(name), k, sampling,
-                            template, reward, int(r["max_new_tokens"]), engine, threads))
+                            template, reward, int(r["max_new_tokens"]), engine, threads, limit))
 
     if d["task"] == "files":
         if include_in_domain:
@@ -118,7 +130,7 @@ class EvalGroup:
             argv += ["--benchmark", j.benchmark]
         argv += ["--k", str(first.k), "--sampling", first.sampling, "--template", first.template,
                  "--reward", first.reward, "--max-new-tokens", str(first.max_new_tokens), "--engine", first.engine,
-                 "--batch-size", str(EVAL_BATCH_SIZE), "--threads", str(first.threads),
+                 "--batch-size", str(EVAL_BATCH_SIZE), "--threads", str(first.threads), "--limit", str(first.limit),
                  "--out", str(first.out_dir.parent), "--out-per-benchmark"]
         for j in self.jobs[1:]:
             if j.template != first.template:
@@ -130,7 +142,8 @@ class EvalGroup:
 
 def _process_key(job: EvalJob) -> tuple[Any, ...]:
     """What one process shares; template and reward may differ per benchmark."""
-    return (job.run_dir, job.k, job.sampling, job.max_new_tokens, job.engine, job.threads, job.out_dir.parent)
+    return (job.run_dir, job.k, job.sampling, job.max_new_tokens, job.engine, job.threads, job.limit,
+            job.out_dir.parent)
 
 
 def eval_groups(jobs: Sequence[EvalJob]) -> list[EvalGroup]:

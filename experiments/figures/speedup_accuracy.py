@@ -49,7 +49,9 @@ def paired_points(rows: Iterable[Mapping[str, str]], speedup_metric: str = SPEED
     """Per setting (in first-seen order), one point per method that has both paired intervals."""
     found: dict[Setting, dict[str, dict[str, Interval]]] = {}
     for r in rows:
-        if r["source"] != "measured" or r["metric"] not in (speedup_metric, accuracy_metric) or not r["ci95_low"]:
+        # an interval needs 2 paired seeds: one seed's row says "n/a" (experiments.collect)
+        if r["source"] != "measured" or r["metric"] not in (speedup_metric, accuracy_metric) \
+                or r["ci95_low"] in ("", "n/a"):
             continue
         found.setdefault((r["dataset"], r["model"]), {}).setdefault(r["method"], {})[r["metric"]] = _interval(r)
     return {setting: [MethodPoint(m, got[speedup_metric], got[accuracy_metric]) for m, got in methods.items()

@@ -8,6 +8,16 @@
 - ``Response.logprobs`` are log-probs of the sampled tokens under the RAW logits (temperature 1,
   before top-k/top-p), i.e. the policy's own log pi, comparable to ``response_logprobs`` at
   temperature 1.
+- Shared prefill (``shared_prefill``, the default): in each chunk, every distinct prompt's KV cache
+  is computed once (one forward over the distinct prompts, all but their last token) and copied to
+  each of its rows (``DynamicCache.batch_select_indices``, so ragged ``n`` is just an index);
+  ``generate`` then continues from that cache, running the last prompt token and the decoding
+  steps per row. A VL prompt's images go through the vision tower once per distinct prompt, and
+  Qwen2.5-VL's multimodal RoPE offsets (``rope_deltas``) are those of the prompt's rows. The
+  sampling distribution is the model's as before; sampled tokens can differ from the unshared
+  path's only through float rounding (the same seed draws the same uniforms, but the logits are
+  computed in other batch shapes). ``shared_prefill=False`` is the old path (every row
+  re-runs its prompt), kept for ``bench/rollout_throughput.py`` and the equivalence tests.
 - Multimodal placeholder tokens (``<|image_pad|>``, ``<|vision_start|>``, ...) are never sampled
   (``suppress_token_ids``); log-probs still come from the unsuppressed raw logits.
   They are gathered step by step (:class:`_RawLogprobRecorder`): only one step's [batch, vocab]
@@ -20,6 +30,8 @@
   run the same forwards: ``generate`` then runs with ``synced_gpus`` (a rank whose responses have
   all stopped keeps stepping until every rank's have) and every rank runs the same number of
   chunks (the largest rank's; the others sample dummy chunks and drop them), also with no prompts.
+  Every chunk then runs one prefill forward on every rank, or none on any: the ranks agree on
+  whether all their prompts can share a prefill (:func:`agreed_chunks`).
 
 Weights: the engine holds a reference to a ``torch.nn.Module``. Colocated with the trainer it is
 usually the very module being trained (``shares_trainer_weights``), so ``update_weights`` finds
@@ -35,7 +47,7 @@ from typing import Any, Callable, Iterable, Sequence
 import torch
 from transformers import GenerationConfig, StoppingCriteria, StoppingCriteriaList
 
-from fastrl.models.device import module_device
+from fastrl.models.device import module_device, to_device
 from fastrl.models.forward import collate, response_logprobs
 from fastrl.rollout.base import EngineContext, PromptInput, Response, SamplingConfig
 
@@ -165,18 +177,28 @@ def _all_gather_object(obj: Any) -> list[Any]:
     return out
 
 
-def agreed_chunks(num_local: int, first_prompt: PromptInput | None) -> tuple[int, PromptInput | None]:
-    """(the largest chunk count over ranks, a prompt to fill dummy chunks with).
+def agreed_chunks(num_local: int, first_prompt: PromptInput | None,
+                  prefill: bool = False) -> tuple[int, PromptInput | None, bool]:
+    """(the largest chunk count over ranks, a prompt to fill dummy chunks with, whether every rank
+    shares prefills: ``prefill`` on all of them).
 
     The filler is this rank's own first prompt, else (a rank with no prompts) another rank's, so
     dummy chunks have the same modality as the real ones (a VL model's vision tower runs in both).
     """
-    counts = _all_gather_object(num_local)
+    votes = _all_gather_object((num_local, prefill))
+    counts = [c for c, _ in votes]
     total = max(counts)
     if min(counts) == 0 < total:  # some rank has nothing to sample: it borrows a prompt
         donors = [p for p in _all_gather_object(first_prompt if num_local else None) if p is not None]
         first_prompt = first_prompt if num_local else donors[0]
-    return total, first_prompt
+    return total, first_prompt, all(ok for _, ok in votes)
+
+
+def can_share_prefill(prompt: PromptInput, multimodal_ids: Sequence[int]) -> bool:
+    """A prompt's cache can be prefilled without its last token, which ``generate`` then runs: it
+    needs two tokens, and a last token that is text (an image placeholder's features come only
+    with the prompt's ``pixel_values``, which the prefill consumes)."""
+    return len(prompt.prompt_ids) >= 2 and int(prompt.prompt_ids[-1]) not in multimodal_ids
 
 
 class HFRolloutEngine:
@@ -195,6 +217,7 @@ class HFRolloutEngine:
         pad_token_id: int,
         batch_size: int,
         suppress_token_ids: Sequence[int] | None = None,
+        shared_prefill: bool = True,
     ) -> None:
         if batch_size < 1:
             raise ValueError(f"HFRolloutEngine: batch_size must be >= 1, got {batch_size}")
@@ -208,8 +231,10 @@ class HFRolloutEngine:
         # None: the model's multimodal placeholder tokens (see multimodal_token_ids).
         # A DeepSpeed engine's ``config`` is its own dict: read the wrapped model's (``.module``).
         model_config = getattr(getattr(model, "module", model), "config", None)
-        self.suppress_token_ids = (multimodal_token_ids(model_config)
+        self.multimodal_ids = multimodal_token_ids(model_config)
+        self.suppress_token_ids = (list(self.multimodal_ids)
                                    if suppress_token_ids is None else [int(t) for t in suppress_token_ids])
+        self.shared_prefill = shared_prefill  # False: every row re-runs its prompt (the old path)
         self.num_synced_tensors = 0  # tensors actually copied by update_weights (0 when colocated)
 
     # ------------------------------------------------------------------------------------------
@@ -220,11 +245,12 @@ class HFRolloutEngine:
         gen_cfg = generation_config(sampling, eos_token_ids=self.eos_token_ids, pad_token_id=self.pad_token_id,
                                     suppress_token_ids=self.suppress_token_ids)
         starts = list(range(0, len(flat), self.batch_size))
+        prefill = self.shared_prefill and all(can_share_prefill(prompts[i], self.multimodal_ids) for i in set(flat))
         # ZeRO-3 on several ranks: every rank runs the same forwards (see the module docstring).
         synced = _world_size() > 1 and is_zero3_partitioned(self.model)
         total, filler = len(starts), None
         if synced:
-            total, filler = agreed_chunks(len(starts), prompts[flat[0]] if flat else None)
+            total, filler, prefill = agreed_chunks(len(starts), prompts[flat[0]] if flat else None, prefill)
         was_training = self.model.training
         self.model.eval()
         responses: list[Response] = []
@@ -233,29 +259,37 @@ class HFRolloutEngine:
                 chunk_seed = None if sampling.seed is None else sampling.seed + c
                 if c < len(starts):
                     idx = flat[starts[c]:starts[c] + self.batch_size]
-                    responses += self._generate_chunk([prompts[i] for i in idx], idx, gen_cfg, chunk_seed, synced)
+                    responses += self._generate_chunk(prompts, idx, gen_cfg, chunk_seed, synced, prefill)
                     if self.progress is not None:
                         self.progress(len(idx))
                 else:  # a dummy chunk: this rank's forwards keep pace with the others'; dropped, and
                     # seeded (in a forked RNG) so that it leaves this rank's RNG stream as it was
                     assert filler is not None
-                    self._generate_chunk([filler], [0], gen_cfg, 0 if chunk_seed is None else chunk_seed, synced)
+                    self._generate_chunk([filler], [0], gen_cfg, 0 if chunk_seed is None else chunk_seed, synced,
+                                         prefill)
         finally:
             self.model.train(was_training)
             self._reset_rope_cache()
         return responses
 
     def _generate_chunk(
-        self, chunk: list[PromptInput], prompt_index: list[int], gen_cfg: GenerationConfig, seed: int | None,
-        synced: bool = False,
+        self, prompts: Sequence[PromptInput], prompt_index: list[int], gen_cfg: GenerationConfig, seed: int | None,
+        synced: bool = False, prefill: bool = False,
     ) -> list[Response]:
+        """Rows ``prompts[i] for i in prompt_index``, sampled in one ``generate``."""
         device = module_device(self.model)  # prompts go where the model is; results come back on the CPU
-        # collate with empty responses = left-padded prompts plus image tensors.
-        batch = collate(chunk, [[] for _ in chunk], self.pad_token_id)
+        # collate with empty responses = left-padded prompts plus image tensors (none with a prefill:
+        # its cache holds the images' work, so the rows need no copies of their prompt's pixels)
+        rows = [prompts[i] for i in prompt_index]
+        if prefill:
+            rows = [PromptInput(uid=p.uid, prompt_ids=p.prompt_ids) for p in rows]
+        batch = collate(rows, [[] for _ in rows], self.pad_token_id)
         kwargs: dict[str, Any] = {
             "input_ids": batch["input_ids"].to(device),
             "attention_mask": batch["attention_mask"].to(device),
         }
+        if prefill:
+            kwargs["past_key_values"] = self._prefill(prompts, prompt_index, batch["input_ids"].shape[1], device)
         for key in ("pixel_values", "image_grid_thw", "mm_token_type_ids"):
             if key in batch:
                 kwargs[key] = batch[key].to(device)
@@ -276,8 +310,42 @@ class HFRolloutEngine:
         finally:
             handle.remove()
         gen = out.sequences[:, P:].cpu()  # [b, T]
+        return self._responses(gen, recorder.logprobs(gen.shape[0], gen.shape[1]), prompt_index)
+
+    def _prefill(self, prompts: Sequence[PromptInput], prompt_index: list[int], width: int,
+                 device: torch.device) -> Any:
+        """The KV cache of the chunk's rows: each distinct prompt run once, all but its last token,
+        left-padded to ``width - 1`` (so it lines up with the chunk's rows), then copied per row.
+
+        Positions are the ones ``generate`` gives (``attention_mask.cumsum - 1``); Qwen2.5-VL builds
+        its multimodal ones itself and keeps its ``rope_deltas``, which are copied per row too, so
+        ``generate`` continues each row at its prompt's offset.
+        """
+        distinct = list(dict.fromkeys(prompt_index))
+        rows = torch.tensor([distinct.index(i) for i in prompt_index], device=device)
+        batch = collate([prompts[i] for i in distinct], [[] for _ in distinct], self.pad_token_id)
+        assert batch["input_ids"].shape[1] == width  # the chunk's widest prompt is one of these
+        inputs: dict[str, Any] = {"input_ids": batch["input_ids"][:, :-1],
+                                  "attention_mask": batch["attention_mask"][:, :-1]}
+        if "pixel_values" in batch:  # the VL model builds its 3-D positions from these
+            inputs.update(pixel_values=batch["pixel_values"], image_grid_thw=batch["image_grid_thw"],
+                          mm_token_type_ids=batch["mm_token_type_ids"][:, :-1])
+        else:
+            inputs["position_ids"] = batch["position_ids"][:, :-1]
+        model = _hf_model(self.model)
+        self._reset_rope_cache()  # a text prefill on a VL model must not reuse a training batch's offsets
+        with torch.no_grad():
+            out = model(**to_device(inputs, device), use_cache=True, logits_to_keep=1)
+        cache = out.past_key_values
+        cache.batch_select_indices(rows)
+        inner = getattr(model, "model", None)
+        if getattr(inner, "rope_deltas", None) is not None:
+            inner.rope_deltas = inner.rope_deltas[rows.to(inner.rope_deltas.device)]
+        return cache
+
+    def _responses(self, gen: torch.Tensor, logps: torch.Tensor, prompt_index: list[int]) -> list[Response]:
+        """One Response per generated row, cut after its first stop token."""
         T = gen.shape[1]
-        logps = recorder.logprobs(gen.shape[0], T)
         eos = torch.tensor(self.eos_token_ids)
         results = []
         for row in range(gen.shape[0]):
@@ -303,7 +371,7 @@ class HFRolloutEngine:
         The next training forward recomputes them anyway; clearing them keeps no stale,
         batch-shaped state on the shared module.
         """
-        inner = getattr(self.model, "model", None)
+        inner = getattr(_hf_model(self.model), "model", None)
         if inner is not None and hasattr(inner, "rope_deltas"):
             inner.rope_deltas = None
 

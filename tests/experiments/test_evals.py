@@ -163,3 +163,16 @@ def test_side_by_side_evaluations_print_their_progress_and_eta(tmp_path, monkeyp
     done = [ln for ln in capsys.readouterr().out.splitlines() if " done in " in ln]
     assert len(done) == 3 and done[-1].endswith("(3/3 finished, ETA 0 s)")
     assert all(re.search(r"\(\d/3 finished, ETA \d+ s\)$", ln) for ln in done)
+
+
+def test_smoke_evaluations_are_sized_for_smoke(tmp_path):
+    """A smoke Table 4 evaluated 200 problems x 16 per benchmark (45-60 s per run, `make table4
+    SCALE=smoke` past 600 s): at smoke a benchmark is the run's own data.num_val problems."""
+    for scale, limit in (("smoke", 16), ("mini", 0)):
+        spec = _run(tmp_path / scale, "grpo", scale=scale)
+        cfg = yaml.safe_load((spec.run_dir / "config.yaml").read_text())
+        cfg["data"]["num_val"] = 16
+        (spec.run_dir / "config.yaml").write_text(yaml.safe_dump(cfg))
+        [group] = E.eval_groups(E.eval_jobs(spec, k=16, subdir="eval_k16", include_in_domain=True))
+        assert build_parser().parse_args(group.argv()).limit == limit
+        assert all(build_parser().parse_args(j.argv()).limit == limit for j in group.jobs)

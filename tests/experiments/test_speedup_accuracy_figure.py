@@ -74,3 +74,15 @@ def test_make_figures_collect_skips_it_without_paired_rows(tmp_path: Path, capsy
     ctx = Context(scale="smoke", seeds=[1], runs_root=tmp_path / "runs", out_dir=tmp_path, launcher="inprocess")
     assert figures_target.collect(ctx) == []
     assert "not drawn" in capsys.readouterr().out
+
+
+def test_one_seed_rows_without_intervals_draw_nothing(tmp_path: Path) -> None:
+    """`make figures SCALE=smoke` (one seed) failed: float('n/a') on table1.csv's interval columns."""
+    rows = [_row("fastrl", "Geometry3K", "Qwen2.5-VL-3B-Instruct", F.SPEEDUP_METRIC, 1.5, "n/a", "n/a"),
+            _row("fastrl", "Geometry3K", "Qwen2.5-VL-3B-Instruct", F.ACCURACY_METRIC, -1.0, "n/a", "n/a")]
+    path = tmp_path / "table1.csv"
+    with path.open("w", newline="") as fh:
+        w = csv.DictWriter(fh, fieldnames=FIELDS)
+        w.writeheader()
+        w.writerows(rows)
+    assert not any(F.read_points(path).values())
