@@ -6,6 +6,7 @@ DeepSpeed runs in this process on its CPU accelerator (one rank, gloo). Toleranc
 3 AdamW steps (warm-up, weight decay, clipping active, ragged micro-batches) torch and DeepSpeed
 ZeRO-0/2 agree to 1e-6 absolute in every parameter and 1e-6 relative in the grad norm (float32
 round-off: DeepSpeed sums gradients in its own flat buffers and clips with its own norm kernel).
+The six DeepSpeed cases took 305 s on the 2-core box at load average ~10 (marked slow).
 """
 
 from __future__ import annotations
@@ -56,6 +57,7 @@ def _params(actor: Actor) -> dict[str, torch.Tensor]:
 
 
 @pytest.mark.deepspeed
+@pytest.mark.slow
 @pytest.mark.parametrize("stage", [0, 2])
 def test_torch_update_equals_deepspeed(stage: int) -> None:
     plain, ds = Actor(tiny.tiny_qwen2(), TORCH, MODEL), Actor(tiny.tiny_qwen2(), _ds(stage), MODEL)
@@ -70,6 +72,7 @@ def test_torch_update_equals_deepspeed(stage: int) -> None:
 
 
 @pytest.mark.deepspeed
+@pytest.mark.slow
 @pytest.mark.parametrize("trainer", [TORCH, _ds(2)], ids=["torch", "deepspeed-zero2"])
 def test_resume_is_bit_identical_per_backend(trainer: TrainerConfig, tmp_path: Path) -> None:
     straight = Actor(tiny.tiny_qwen2(), trainer, MODEL)
@@ -85,6 +88,7 @@ def test_resume_is_bit_identical_per_backend(trainer: TrainerConfig, tmp_path: P
 
 
 @pytest.mark.deepspeed
+@pytest.mark.slow
 @pytest.mark.parametrize("writer, reader", [(TORCH, _ds(2)), (_ds(2), TORCH)], ids=["torch->ds", "ds->torch"])
 def test_other_backends_checkpoint_is_refused_in_one_line(writer: TrainerConfig, reader: TrainerConfig,
                                                           tmp_path: Path) -> None:
