@@ -51,7 +51,7 @@ def test_the_actor_steps_with_the_configured_optimizer() -> None:
                                             "trainer.optim.weight_decay=0.1", "trainer.optim.warmup_steps=4"],
                       scale="smoke")
     actor = Actor(torch.nn.Linear(2, 1), cfg.trainer, cfg.model)
-    group = actor.optimizer.param_groups[0]
+    group = actor.backend.optimizer.param_groups[0]
     assert (group["betas"], group["eps"], group["weight_decay"]) == ((0.8, 0.95), 1e-6, 0.1)
     assert actor.current_lr() == pytest.approx(1e-4 / 4)
 

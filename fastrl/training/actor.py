@@ -1,6 +1,8 @@
-"""The actor: one trainable policy behind a DeepSpeed ZeRO engine (stages 0-3) or plain torch AdamW.
+"""The actor: one trainable policy behind a training backend (fastrl.training.backends): plain torch
+AdamW, or a DeepSpeed ZeRO engine (stages 0-3), chosen by ``trainer.use_deepspeed``.
 
-Modelled on OpenRLHF's DeepSpeed strategy, kept small. Both paths have the same semantics:
+Modelled on OpenRLHF's DeepSpeed strategy, kept small. The Actor has no backend branches: it owns
+the contracts below and hands the rest to its backend. Every backend has the same semantics:
 
 * **Gradient = sum over ranks.** The caller normalises each micro-batch loss so that the correct
   gradient is the SUM over data-parallel ranks of every rank's gradient (e.g. a token-mean loss
@@ -21,15 +23,15 @@ Modelled on OpenRLHF's DeepSpeed strategy, kept small. Both paths have the same 
   received no gradient counts as having a zero gradient (weight decay still applies), on both
   paths.
 
-Forward passes go through :attr:`Actor.module`. Under DeepSpeed that is the engine itself (an
+Forward passes go through :attr:`Actor.module` (the backend's). Under DeepSpeed that is the engine itself (an
 ``nn.Module`` whose attribute lookups fall through to the wrapped model): the engine's forward
 installs the backward-prologue hooks that ZeRO needs, so calling ``engine.module`` directly for a
 pass that is later backpropagated is wrong. :attr:`Actor.model` is the wrapped HF model (names,
 config, ``generate``).
 
-All ranks must build the same initial model (same seed or same weights). DeepSpeed checkpoints
-store per-rank optimizer partitions: they resume only with the same world size and ZeRO stage
-(:meth:`Actor.load` checks and says so).
+All ranks must build the same initial model (same seed or same weights). A checkpoint resumes only
+under the backend that wrote it, and DeepSpeed's (per-rank optimizer partitions) only with the same
+world size and ZeRO stage (:meth:`Actor.load` checks and refuses the others in one line).
 """
 
 from __future__ import annotations
@@ -45,60 +47,14 @@ from typing import Any, Callable, Iterator
 
 import torch
 
-from torch.optim.lr_scheduler import LambdaLR
-
 from fastrl import metric_keys as K
 from fastrl.config import ModelConfig, OptimConfig, TrainerConfig, check_precision
 from fastrl.training import distributed as D
+from fastrl.training.backends import (  # noqa: F401 -- ClippingAdamW, WarmupLambda, deepspeed_config: public names
+    BACKENDS, Backend, ClippingAdamW, WarmupLambda, backend_name, build_backend, deepspeed_config,
+)
 
 _META_FILE = "actor_meta.json"
-_PLAIN_STATE_FILE = "actor_state.pt"
-_DS_TAG = "actor"  # fixed DeepSpeed tag: the checkpoint folder can be renamed after writing
-
-
-class WarmupLambda:
-    """LR multiplier of step t (0-based): ``min(1, (t + 1) / warmup)``; constant 1 without warm-up.
-
-    A class (not a closure) so that ``LambdaLR.state_dict`` round-trips it.
-    """
-
-    def __init__(self, warmup_steps: int) -> None:
-        self.warmup_steps = warmup_steps
-
-    def __call__(self, step: int) -> float:
-        if self.warmup_steps <= 0:
-            return 1.0
-        return min(1.0, (step + 1) / self.warmup_steps)
-
-
-class ClippingAdamW(torch.optim.AdamW):
-    """AdamW that clips the global grad norm itself and records it as ``_global_grad_norm``.
-
-    Used where no DeepSpeed wrapper clips for us: the plain path, and DeepSpeed stage 0 in fp32
-    (there DeepSpeed calls the client optimizer directly and reads ``_global_grad_norm`` back).
-    Never use it under ZeRO >= 1 or bf16: those optimizers step on per-rank partitions, whose norm
-    is not the global one.
-    """
-
-    def __init__(self, params: Any, *, max_norm: float, **adamw_kwargs: Any) -> None:
-        super().__init__(params, **adamw_kwargs)
-        self.max_norm = max_norm
-        self._global_grad_norm: float | None = None
-
-    @torch.no_grad()
-    def step(self, closure: Callable[[], Any] | None = None) -> Any:
-        params = [p for g in self.param_groups for p in g["params"]]
-        for p in params:
-            # A parameter that got no gradient this step (e.g. a vision tower on a text-only batch)
-            # counts as a zero gradient, as in DeepSpeed's stages 0-3 (measured): AdamW still
-            # decays it and advances its moments, instead of skipping it.
-            if p.grad is None:
-                p.grad = torch.zeros_like(p)
-        # clip_grad_norm_ with max_norm=inf only measures (the clip coefficient is 1).
-        limit = self.max_norm if self.max_norm > 0 else math.inf
-        norm = torch.nn.utils.clip_grad_norm_(params, limit)
-        self._global_grad_norm = float(norm)
-        return super().step(closure)
 
 
 def _enable_gradient_checkpointing(model: torch.nn.Module) -> None:
@@ -118,31 +74,6 @@ def _enable_gradient_checkpointing(model: torch.nn.Module) -> None:
 def is_bf16(model_config: ModelConfig) -> bool:
     """DeepSpeed bf16 weights and compute (fp32 master weights) for ``model.dtype = bfloat16``."""
     return model_config.dtype == "bfloat16"
-
-
-def deepspeed_config(trainer: TrainerConfig, bf16: bool) -> dict[str, Any]:
-    """The DeepSpeed config the actor uses (also what an ``HfDeepSpeedConfig`` needs for ZeRO-3
-    init-time partitioning of large models at load time).
-
-    Micro-batch size and accumulation steps are nominal (1/1): the caller owns accumulation
-    (``managed_gradient_accumulation=false``), so DeepSpeed never rescales by them.
-    """
-    zero: dict[str, Any] = {"stage": trainer.zero_stage}
-    if trainer.optim.offload:
-        zero["offload_optimizer"] = {"device": "cpu", "pin_memory": torch.cuda.is_available()}
-    # Stage 0 in fp32 hands the raw client optimizer to DeepSpeed: ClippingAdamW clips there.
-    ds_clips = not (trainer.zero_stage == 0 and not bf16)
-    return {
-        "train_micro_batch_size_per_gpu": 1,
-        "gradient_accumulation_steps": 1,
-        "managed_gradient_accumulation": False,
-        "gradient_clipping": trainer.optim.grad_clip if ds_clips else 0.0,
-        "bf16": {"enabled": bf16},
-        "zero_optimization": zero,
-        "zero_allow_untested_optimizer": True,
-        "steps_per_print": 2**31 - 1,  # silence DeepSpeed's own progress lines
-        "wall_clock_breakdown": False,
-    }
 
 
 class Actor:
@@ -165,65 +96,14 @@ class Actor:
         model.train()
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(trainer.seed)
-            if trainer.use_deepspeed:
-                self._init_deepspeed(model)
-            else:
-                self._init_plain(model)
-
-    # ---------------------------------------------------------------- construction
-    def _adamw_kwargs(self) -> dict[str, Any]:
-        o = self.optim
-        return {"lr": o.lr, "betas": tuple(o.betas), "eps": o.eps, "weight_decay": o.weight_decay}
-
-    def _init_plain(self, model: torch.nn.Module) -> None:
-        D.init_distributed()  # no-op in a plain process; joins the launcher's group otherwise
-        self.engine = None
-        self.model = model
-        if D.world_size() > 1:
-            # Every rank starts from rank 0's weights (DDP does the same).
-            with torch.no_grad():
-                for p in model.parameters():
-                    torch.distributed.broadcast(p.data, src=0)
-        params = [p for p in model.parameters() if p.requires_grad]
-        if not params:
-            raise ValueError(f"Actor: {type(model).__name__} has no parameter with requires_grad=True")
-        self.optimizer = ClippingAdamW(params, max_norm=self.optim.grad_clip, **self._adamw_kwargs())
-        self.scheduler = LambdaLR(self.optimizer, WarmupLambda(self.optim.warmup_steps))
-
-    def _init_deepspeed(self, model: torch.nn.Module) -> None:
-        import deepspeed
-
-        D.init_distributed(single_process_group=True)
-        params = [p for p in model.parameters() if p.requires_grad]
-        if not params:
-            raise ValueError(f"Actor: {type(model).__name__} has no parameter with requires_grad=True")
-        optimizer: torch.optim.Optimizer
-        if self.optim.offload:
-            from deepspeed.ops.adam import DeepSpeedCPUAdam  # JIT-builds cpu_adam on first use
-
-            optimizer = DeepSpeedCPUAdam(params, adamw_mode=True, **self._adamw_kwargs())
-        elif self.trainer.zero_stage == 0 and not self.bf16:
-            optimizer = ClippingAdamW(params, max_norm=self.optim.grad_clip, **self._adamw_kwargs())
-        else:
-            optimizer = torch.optim.AdamW(params, **self._adamw_kwargs())
-        warmup = WarmupLambda(self.optim.warmup_steps)
-        engine, ds_optimizer, _, scheduler = deepspeed.initialize(
-            model=model,
-            optimizer=optimizer,
-            lr_scheduler=lambda opt: LambdaLR(opt, warmup),
-            config=deepspeed_config(self.trainer, self.bf16),
-            dist_init_required=False,
-        )
-        self.engine = engine
-        self.model = engine.module
-        self.optimizer = ds_optimizer
-        self.scheduler = scheduler
+            self.backend: Backend = build_backend(model, trainer, self.bf16)
+        self.model = self.backend.model
 
     # ---------------------------------------------------------------- training
     @property
     def module(self) -> torch.nn.Module:
-        """What to call forward on: the DeepSpeed engine, or the plain model."""
-        return self.engine if self.engine is not None else self.model
+        """What to call forward on: the backend's module (the DeepSpeed engine, or the model)."""
+        return self.backend.module
 
     @property
     def dp_world_size(self) -> int:
@@ -236,7 +116,7 @@ class Actor:
 
     def current_lr(self) -> float:
         """The learning rate the next :meth:`step` applies."""
-        return float(self.scheduler.get_last_lr()[0])
+        return float(self.backend.scheduler.get_last_lr()[0])
 
     def backward(self, loss: torch.Tensor) -> None:
         """Accumulate the gradient of ``loss`` (a scalar already normalised globally, see module
@@ -245,11 +125,7 @@ class Actor:
             raise ValueError(f"Actor.backward: loss must be a scalar, got shape {tuple(loss.shape)}")
         if not torch.isfinite(loss.detach()).item():
             raise ValueError(f"Actor.backward: loss is not finite ({loss.item()}) at step {self._steps}")
-        if self.engine is not None:
-            # DeepSpeed averages over data-parallel ranks: scale up so the result is the sum.
-            self.engine.backward(loss * self.dp_world_size, scale_wrt_gas=False)
-        else:
-            loss.backward()
+        self.backend.backward(loss)
         self._backward_calls += 1
 
     def _check_backward_counts(self) -> None:
@@ -261,18 +137,6 @@ class Actor:
                 "of times per optimizer step"
             )
 
-    def _plain_reduce_grads(self) -> None:
-        """Sum gradients over ranks (the plain path's DDP); a missing grad counts as zero (as in
-        ``ClippingAdamW.step``), so every rank joins every all-reduce."""
-        if D.world_size() == 1:
-            return
-        for p in self.model.parameters():
-            if not p.requires_grad:
-                continue
-            if p.grad is None:
-                p.grad = torch.zeros_like(p)
-            torch.distributed.all_reduce(p.grad, op=torch.distributed.ReduceOp.SUM)
-
     def step(self) -> dict[str, float]:
         """One optimizer step over everything accumulated since the last one; zeroes the grads.
 
@@ -280,18 +144,7 @@ class Actor:
         """
         self._check_backward_counts()
         lr = self.current_lr()
-        if self.engine is not None:
-            self.engine.step()
-            norm = self.engine.get_global_grad_norm()
-            if norm is None:
-                raise RuntimeError("DeepSpeed returned no global grad norm after step()")
-        else:
-            self._plain_reduce_grads()
-            self.optimizer.step()
-            norm = self.optimizer._global_grad_norm
-            self.scheduler.step()
-            self.optimizer.zero_grad(set_to_none=True)
-        grad_norm = float(norm)
+        grad_norm = self.backend.step()
         if not math.isfinite(grad_norm):
             raise ValueError(f"Actor.step: gradient norm is {grad_norm} at step {self._steps}")
         self._backward_calls = 0
@@ -308,7 +161,7 @@ class Actor:
         detached copies (safe to keep); dtype is the training dtype (bf16 under DeepSpeed bf16).
         """
         for name, p in self.model.named_parameters():
-            with D.gather_params(self.model, [p]):
+            with self.backend.gather([p]):
                 full = p.data.detach().clone()
             yield name, full
 
@@ -353,14 +206,8 @@ class Actor:
 
     # ---------------------------------------------------------------- checkpoints
     def _meta(self) -> dict[str, Any]:
-        return {
-            "backend": "deepspeed" if self.engine is not None else "torch",
-            "zero_stage": self.trainer.zero_stage if self.engine is not None else None,
-            "world_size": D.world_size(),
-            "steps": self._steps,
-            "optim": asdict(self.optim),
-            "bf16": self.bf16,
-        }
+        return {**self.backend.meta(), "world_size": D.world_size(), "steps": self._steps,
+                "optim": asdict(self.optim), "bf16": self.bf16}
 
     def save(self, ckpt_dir: Path, client_state: dict[str, Any]) -> None:
         """Model + optimizer + LR-scheduler state (+ ``client_state``) into ``ckpt_dir``.
@@ -374,27 +221,18 @@ class Actor:
         if D.is_main():
             ckpt_dir.mkdir(parents=True, exist_ok=True)
         D.barrier()
-        if self.engine is not None:
-            self.engine.save_checkpoint(
-                str(ckpt_dir), tag=_DS_TAG, client_state=dict(client_state), save_latest=False
-            )
-        elif D.is_main():
-            torch.save(
-                {
-                    "model": self.model.state_dict(),
-                    "optimizer": self.optimizer.state_dict(),
-                    "scheduler": self.scheduler.state_dict(),
-                    "client_state": dict(client_state),
-                },
-                ckpt_dir / _PLAIN_STATE_FILE,
-            )
+        self.backend.save(ckpt_dir, dict(client_state))
         if D.is_main():
             meta = {**self._meta(), "client_keys": sorted(client_state)}
             (ckpt_dir / _META_FILE).write_text(json.dumps(meta, indent=1))
         D.barrier()
 
     def load(self, ckpt_dir: Path) -> dict[str, Any]:
-        """Restore what :meth:`save` wrote; returns its ``client_state``. Collective."""
+        """Restore what :meth:`save` wrote; returns its ``client_state``. Collective.
+
+        A checkpoint resumes only under the backend, ZeRO stage and world size that wrote it: any
+        other is refused in one line (a torch checkpoint is not a DeepSpeed one, and DeepSpeed's
+        optimizer state is partitioned per rank)."""
         ckpt_dir = Path(ckpt_dir)
         meta_path = ckpt_dir / _META_FILE
         if not meta_path.is_file():
@@ -405,23 +243,10 @@ class Actor:
             if meta[key] != mine[key]:
                 raise ValueError(
                     f"Actor.load: {ckpt_dir} was written with {key}={meta[key]!r}, this actor has "
-                    f"{key}={mine[key]!r}; DeepSpeed/optimizer state resumes only with the same "
-                    "backend, ZeRO stage and world size"
+                    f"{key}={mine[key]!r}; a checkpoint resumes only with the backend "
+                    "(trainer.use_deepspeed), ZeRO stage and world size that wrote it"
                 )
-        if self.engine is not None:
-            path, client_state = self.engine.load_checkpoint(
-                str(ckpt_dir), tag=_DS_TAG, load_optimizer_states=True, load_lr_scheduler_states=True
-            )
-            if path is None:
-                raise ValueError(f"Actor.load: DeepSpeed found no checkpoint under {ckpt_dir}/{_DS_TAG}")
-            # DeepSpeed adds its own keys (e.g. "optimizer") to the client state: hand back only ours.
-            client_state = {k: v for k, v in client_state.items() if k in set(meta["client_keys"])}
-        else:
-            blob = torch.load(ckpt_dir / _PLAIN_STATE_FILE, map_location="cpu", weights_only=False)
-            self.model.load_state_dict(blob["model"])
-            self.optimizer.load_state_dict(blob["optimizer"])
-            self.scheduler.load_state_dict(blob["scheduler"])
-            client_state = blob["client_state"]
+        client_state = self.backend.load(ckpt_dir, set(meta["client_keys"]))
         self._steps = int(meta["steps"])
         self._backward_calls = 0
         return client_state
@@ -467,14 +292,9 @@ def build_reference(
     ref = _reference_module(model_path_or_module, bf16, loader)
     ref.eval()
     ref.requires_grad_(False)
-    if trainer is None or not trainer.use_deepspeed:
+    if trainer is None:
         return ref.to(torch.bfloat16) if bf16 else ref
-    if trainer.zero_stage == 3:
-        return _zero3_reference_engine(ref, bf16)
-    from deepspeed.accelerator import get_accelerator
-
-    # Where DeepSpeed put the actor (cuda:LOCAL_RANK on GPUs, cpu under DS_ACCELERATOR=cpu).
-    return (ref.to(torch.bfloat16) if bf16 else ref).to(get_accelerator().current_device_name())
+    return BACKENDS[backend_name(trainer)].place_reference(ref, trainer, bf16)
 
 
 def _reference_module(
@@ -495,20 +315,3 @@ def _reference_module(
     from fastrl.models.loaders import load_hf_model
 
     return load_hf_model(path, dtype=torch.bfloat16 if bf16 else torch.float32)
-
-
-def _zero3_reference_engine(ref: torch.nn.Module, bf16: bool) -> torch.nn.Module:
-    """``ref`` inside an optimizer-less ZeRO-3 engine (partitioned, gathered in forward)."""
-    import deepspeed
-
-    D.init_distributed(single_process_group=True)
-    ds_cfg = {
-        "train_micro_batch_size_per_gpu": 1,
-        "gradient_accumulation_steps": 1,
-        "bf16": {"enabled": bf16},
-        "zero_optimization": {"stage": 3},
-        "steps_per_print": 2**31 - 1,
-    }
-    engine, *_ = deepspeed.initialize(model=ref, config=ds_cfg, dist_init_required=False)
-    engine.eval()
-    return engine

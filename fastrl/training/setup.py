@@ -16,11 +16,12 @@ import torch
 
 from fastrl.config import FastRLConfig, check_engine_installed
 from fastrl.data.schema import Record
-from fastrl.models.device import check_deepspeed_device, deepspeed_device, module_device, resolve_device
+from fastrl.models.device import module_device, resolve_device
 from fastrl.models.inputs import PromptInput
 from fastrl.policy import PolicyKit, PolicySpec, assemble_policy_kit, load_model
 from fastrl.rollout.base import RolloutEngine, SamplingConfig
 from fastrl.training import distributed as dist
+from fastrl.training.backends import BACKENDS, backend_name
 from fastrl.training.batch import RolloutBatch
 
 
@@ -192,13 +193,9 @@ def policy_spec(cfg: FastRLConfig, path: str | Path) -> PolicySpec:
 
 
 def policy_device(cfg: FastRLConfig) -> torch.device:
-    """Where the policy trains: DeepSpeed's device (checked against ``model.device``) with
-    DeepSpeed, else ``model.device`` resolved (auto = CUDA when available)."""
-    if cfg.trainer.use_deepspeed:
-        device = deepspeed_device()
-        check_deepspeed_device(cfg.model.device, device)
-        return device
-    return resolve_device(cfg.model.device)
+    """Where the policy trains: the backend's device for ``model.device`` (DeepSpeed's accelerator,
+    checked against it; else ``model.device`` resolved, auto = CUDA when available)."""
+    return BACKENDS[backend_name(cfg.trainer)].device(cfg.model.device)
 
 
 def place_reference(reference: torch.nn.Module | None, actor: Any) -> torch.nn.Module | None:
@@ -222,8 +219,7 @@ def build_policy(cfg: FastRLConfig) -> PolicyBundle:
     path = resolve_policy_path(cfg, device)
     spec = policy_spec(cfg, path)
     model, processor = load_model(spec)
-    if not cfg.trainer.use_deepspeed:
-        model = model.to(device)  # DeepSpeed moves the model itself
+    model = BACKENDS[backend_name(cfg.trainer)].place(model, device)
     actor = Actor(model, cfg.trainer, cfg.model)
     reference = place_reference(
         build_reference(path, cfg.trainer, cfg.model)
