@@ -112,6 +112,18 @@ def run_target(name: str, ctx: Context, *, dry_run: bool = False, collect_only: 
     return failures
 
 
+def reproduction_total(names: Sequence[str], ctx: Context) -> float | None:
+    """The whole reproduction's plan: every target's runs, each run shared by several targets
+    (Table 4 trains Table 1's large-model runs, ...) counted once; returns the known seconds."""
+    ctx.resolve_paper_steps = False
+    runs = unique([s for name in names for s in resolve_target(name).hooks().specs(ctx)])
+    print("\n##### reproduce: the whole reproduction, each shared run counted once", flush=True)
+    total = print_plan("reproduce", ctx.scale, runs, ctx.runs_root, ctx.launcher, ctx.jobs)
+    print("   (training runs only: evaluations and measurements after training, e.g. Table 4's, are in "
+          "each target's own lines above)", flush=True)
+    return total
+
+
 def calibrate(ctx: Context, targets: Sequence[str]) -> Path:
     """Time a 2-step GRPO run of every setting the targets use; write experiments/calibration/<scale>.json.
 
@@ -210,6 +222,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 failures += collect_from_metadata(name, ctx)
             else:
                 failures += run_target(name, ctx, dry_run=args.dry_run, collect_only=args.collect_only)
+        if args.target == "reproduce" and args.dry_run and not args.from_metadata:
+            reproduction_total(names, ctx)
     except (SpecError, RunError) as exc:
         print(f"experiments.run: {exc}", file=sys.stderr)
         return 2

@@ -69,3 +69,16 @@ def test_bad_registrations_name_the_file(tmp_path, register, match):
     (tmp_path / "zzz.yaml").write_text(f"target: zzz\ndescription: d\n{register}\n")
     with pytest.raises(SpecError, match=match):
         discover(tmp_path)
+
+
+def test_the_reproduce_dry_run_ends_with_the_whole_reproduction_counting_shared_runs_once(tmp_path, capsys):
+    import re
+
+    from experiments import run as R
+
+    assert R.main(["reproduce", "--scale", "smoke", "--dry-run", "--runs-root", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    per_target = [int(n) for n in re.findall(r"^== (?!reproduce)\S+ at scale smoke: (\d+) runs", out, re.M)]
+    total = re.findall(r"^== reproduce at scale smoke: (\d+) runs", out, re.M)
+    assert out.rstrip().splitlines()[-1].startswith("   (training runs only") and len(total) == 1
+    assert 0 < int(total[0]) < sum(per_target)  # Table 4 and the figures reuse Table 1's runs, ...
