@@ -7,7 +7,9 @@
 
 A bad config key or value, a missing file or model path and other bad input end with one line,
 ``fastrl: error: ...``, and exit code 2; ``fastrl --debug ...`` adds the traceback. Ctrl-C (SIGINT)
-ends with ``fastrl: interrupted (SIGINT)`` and exit code 130.
+ends with ``fastrl: interrupted (SIGINT)`` and exit code 130; SIGTERM (``kill``, a scheduler's
+preemption) the same way, ``fastrl: interrupted (SIGTERM)`` and exit code 143. Either unwinds
+the trainer (run-dir lock released; the run resumes from its last checkpoint).
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import sys
 import traceback
 from pathlib import Path
@@ -197,6 +200,17 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, raised where the main thread is (as Ctrl-C raises KeyboardInterrupt), so every
+    cleanup that runs on Ctrl-C runs on a ``kill`` or a scheduler's preemption too."""
+
+    signum = signal.SIGTERM
+
+
+def _raise_terminated(signum: int, frame: Any) -> None:
+    raise Terminated()
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     # The `deepspeed` launcher appends --local_rank=R; the rank comes from the environment instead.
@@ -210,6 +224,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if extra:
         args.overrides = [*args.overrides, *extra]
     api.default_accelerator()
+    previous = signal.signal(signal.SIGTERM, _raise_terminated)
     try:
         code = int(args.func(args) or 0)
     # Bad input: ConfigError, DataError and RecordError are ValueErrors; a missing file or model path
@@ -219,11 +234,14 @@ def main(argv: Sequence[str] | None = None) -> int:
             traceback.print_exc()
         print(f"{parser.prog}: error: {exc}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:  # Ctrl-C: one line, the shell's code for SIGINT; a run resumes from its checkpoint
+    except KeyboardInterrupt as exc:  # Ctrl-C or SIGTERM: one line, the shell's code (128 + signal); a run resumes
         if args.debug:
             traceback.print_exc()
-        print(f"{parser.prog}: interrupted (SIGINT)", file=sys.stderr)
-        return 130
+        signum = exc.signum if isinstance(exc, Terminated) else signal.SIGINT
+        print(f"{parser.prog}: interrupted ({signum.name})", file=sys.stderr)
+        return 128 + int(signum)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
     from fastrl.training.distributed import shutdown_distributed
 
     shutdown_distributed()
