@@ -208,6 +208,9 @@ class Terminated(KeyboardInterrupt):
 
 
 def _raise_terminated(signum: int, frame: Any) -> None:
+    # Once: a launcher that also got the signal (DeepSpeed's launch.py) re-sends SIGTERM to its
+    # ranks, which must not cut the unwinding of the first one short.
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
     raise Terminated()
 
 
