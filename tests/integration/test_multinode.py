@@ -1,7 +1,7 @@
 """A two-node rehearsal on one machine: two ``torchrun`` agents (``--nnodes 2``, one rank each, a
 c10d rendezvous on 127.0.0.1, gloo) train FastRL under ZeRO-3 to the same metrics as one 2-rank
-launch; a node killed mid-run (its agent and rank, SIGKILL) takes the other node down in bounded
-time, and the two nodes started again resume to the uninterrupted run's metrics.
+launch; a node killed mid-run (its rank SIGKILLed after step 2, before that step's checkpoint, then
+its agent) takes the other node down in bounded time, and the two nodes started again resume to the uninterrupted run's metrics.
 
 The deepspeed equivalent (``--hostfile``) is in docs/architecture.md, "Multi-node"."""
 
@@ -41,18 +41,19 @@ def _env() -> dict[str, str]:
             "TORCH_EXTENSIONS_DIR": str(REPO / ".cache" / "torch_extensions"), "PYTHONPATH": str(REPO)}
 
 
-def _node(node_rank: int, port: int, run: Path, log: Path) -> subprocess.Popen:
+def _node(node_rank: int, port: int, run: Path, log: Path, env: dict[str, str]) -> subprocess.Popen:
     """One 'node': a torchrun agent with one rank, in a session of its own (so it can be killed whole)."""
     cmd = [str(TORCHRUN), "--nnodes", "2", "--node_rank", str(node_rank), "--nproc-per-node", "1",
            "--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{port}", "--max-restarts", "0",
            *TRAIN, f"trainer.run_dir={run}"]
-    return subprocess.Popen(cmd, cwd=REPO, env=_env(), stdout=open(log, "w"), stderr=subprocess.STDOUT,
+    return subprocess.Popen(cmd, cwd=REPO, env=env, stdout=open(log, "a"), stderr=subprocess.STDOUT,
                             start_new_session=True)
 
 
-def _two_nodes(run: Path, logs: Path) -> tuple[subprocess.Popen, subprocess.Popen]:
+def _two_nodes(run: Path, logs: Path, node1_env: dict[str, str] | None = None) -> list[subprocess.Popen]:
     port = _free_port()
-    return _node(0, port, run, logs / "node0.log"), _node(1, port, run, logs / "node1.log")
+    return [_node(0, port, run, logs / "node0.log", _env()),
+            _node(1, port, run, logs / "node1.log", {**_env(), **(node1_env or {})})]
 
 
 def _steps(run: Path) -> list[dict]:
@@ -84,22 +85,26 @@ def test_two_torchrun_nodes_train_resume_and_fail_together(tmp_path: Path) -> No
                            f"trainer.run_dir={ref}"], cwd=REPO, env=_env(), capture_output=True, text=True,
                           timeout=600)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    # two nodes; node 1 dies (agent and rank, SIGKILL) once the step-1 checkpoint is written
+    # two nodes; node 1's rank dies (SIGKILL) right after logging step 2, before its checkpoint;
+    # then the rest of that node (its agent) is killed too
     run = tmp_path / "two_nodes"
-    nodes = _two_nodes(run, logs)
+    nodes = _two_nodes(run, logs, {"FASTRL_TEST_KILL_AT": "after_step_line:2"})
     deadline = time.time() + 600
-    while not (run / "ckpt" / "step_1").is_dir():
-        assert all(n.poll() is None for n in nodes) and time.time() < deadline, (logs / "node0.log").read_text()[-3000:]
+    while not ((run / "metrics.jsonl").is_file() and len(_steps(run)) >= 2):
+        assert nodes[0].poll() is None and time.time() < deadline, (logs / "node0.log").read_text()[-3000:]
         time.sleep(0.05)
-    os.killpg(nodes[1].pid, signal.SIGKILL)
     killed = time.time()
+    os.killpg(nodes[1].pid, signal.SIGKILL)
     codes = _wait(nodes, DOWN_WITHIN_S, logs)
-    assert codes[0] != 0 and time.time() - killed < DOWN_WITHIN_S
+    down_s = time.time() - killed
+    print(f"node 0 down {down_s:.1f} s after node 1 was killed")
+    assert codes[0] != 0 and codes[1] != 0 and down_s < DOWN_WITHIN_S
     assert len(_steps(run)) < 3  # it did stop mid-run
     # started again, the two nodes resume from the checkpoint and finish
     nodes = _two_nodes(run, logs)
     assert _wait(nodes, 600, logs) == [0, 0]
     assert _steps(run) == _steps(ref)
+
     def val(path: Path) -> dict:
         last = json.loads((path / "metrics.jsonl").read_text().splitlines()[-1])
         assert last["phase"] == "val_final"
