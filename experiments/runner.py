@@ -122,6 +122,47 @@ def held_by(run_dir: Path) -> str | None:
     return None
 
 
+class RunnerLock:
+    """``<run_dir>/.runner.lock``: an flock held by the runner that launches the run, so a second
+    ``experiments.run`` of the same run waits here (``__enter__`` returns the pid it waited for,
+    or None) before it starts a trainer, which would fail on the trainer's own lock."""
+
+    def __init__(self, run_dir: Path, poll_s: float = 0.5) -> None:
+        self.path, self.poll_s = Path(run_dir) / ".runner.lock", poll_s
+        self._fh: Any = None
+
+    def __enter__(self) -> str | None:
+        import fcntl
+
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._fh = open(self.path, "a+")
+        waited_for = None
+        while True:
+            try:
+                fcntl.flock(self._fh.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if waited_for is None:
+                    self._fh.seek(0)
+                    waited_for = self._fh.read().strip() or "unknown"
+                    _say(f"   {self.path.parent} is held by pid {waited_for} (another runner): waiting for it to end")
+                if stopped() is not None:
+                    self._fh.close()
+                    raise Interrupted(stopped()) from None
+                time.sleep(self.poll_s)
+        self._fh.seek(0)
+        self._fh.truncate()
+        self._fh.write(f"{os.getpid()}\n")
+        self._fh.flush()
+        return waited_for
+
+    def __exit__(self, *exc: Any) -> None:
+        import fcntl
+
+        fcntl.flock(self._fh.fileno(), fcntl.LOCK_UN)
+        self._fh.close()
+
+
 def wait_while_held(run_dir: Path, poll_s: float = 1.0) -> str | None:
     """Wait while another process holds ``run_dir``'s lock; returns the holder's pid (None: free)."""
     holder = held_by(run_dir)
@@ -188,7 +229,13 @@ def launch(spec: RunSpec, launcher: str) -> float:
     def record(**fields: Any) -> None:
         _write_spec(spec, launcher, {"code_commit": commit, "environment": env, **fields})
 
-    holder = wait_while_held(spec.run_dir)
+    with RunnerLock(spec.run_dir) as other_runner:
+        return _launch_held(spec, launcher, record, other_runner)
+
+
+def _launch_held(spec: RunSpec, launcher: str, record: Any, other_runner: str | None) -> float:
+    """:func:`launch` with this runner holding the run's runner lock."""
+    holder = wait_while_held(spec.run_dir) or other_runner
     if holder is not None and is_finished(spec.run_dir):
         if (read_spec(spec.run_dir) or {}).get("status") != "finished":
             record(status="finished", trained_by_pid=holder)
@@ -216,8 +263,6 @@ def launch(spec: RunSpec, launcher: str) -> float:
         if stopped() is not None:
             record(status="interrupted", signal=signal.Signals(stopped()).name, returncode=returncode)
             raise Interrupted(stopped())
-        if returncode != 0 and held_by(spec.run_dir) is not None:  # another runner took the lock first
-            return launch(spec, launcher)
         proc = subprocess.CompletedProcess(train_command(spec, launcher), returncode)
         if proc.returncode != 0:
             tail = "".join(log.read_text().splitlines(keepends=True)[-20:])

@@ -222,22 +222,25 @@ def test_a_signal_stops_every_child_process_and_marks_the_run_interrupted(tmp_pa
 
 
 _HOLDER = """
-import sys, time
-from fastrl.training.run_dir import RunLock
-from tests.experiments.synthetic import write_run
+import fcntl, os, sys, time
 from pathlib import Path
-lock = RunLock(Path(sys.argv[1])); lock.acquire()
+from tests.experiments.synthetic import write_run
+run = Path(sys.argv[1]); run.mkdir(parents=True, exist_ok=True)
+fh = open(run / sys.argv[3], "a+"); fcntl.flock(fh.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+fh.write(f"{os.getpid()}\\n"); fh.flush()
 open(sys.argv[2], "w").write("held")
 time.sleep(2)
-write_run(Path(sys.argv[1]), step_times=[1.0])
+write_run(run, step_times=[1.0])
 """
 
 
-def test_a_run_held_by_another_live_runner_is_waited_for_not_a_failure(tmp_path, monkeypatch, capsys):
-    """Two `experiments.run` of one target on one runs root: the second waits for the first's run."""
+@pytest.mark.parametrize("lock", [".runner.lock", ".lock"])  # another experiments.run; a trainer
+def test_a_run_held_by_another_live_process_is_waited_for_not_a_failure(tmp_path, monkeypatch, capsys, lock):
+    """Two `experiments.run` of one target on one runs root: the second waits for the first's run
+    (and for a run a plain `fastrl train` holds) and does not count it as a failure."""
     spec = _spec(tmp_path)
     held = tmp_path / "held"
-    holder = subprocess.Popen([sys.executable, "-c", _HOLDER, str(spec.run_dir), str(held)], cwd=REPO)
+    holder = subprocess.Popen([sys.executable, "-c", _HOLDER, str(spec.run_dir), str(held), lock], cwd=REPO)
     deadline = time.time() + 60
     while not held.exists():
         assert holder.poll() is None and time.time() < deadline
