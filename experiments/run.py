@@ -30,7 +30,8 @@ from experiments import collect
 from experiments.export import export_runs, load_records
 from experiments.grid import Context
 from experiments.runner import (
-    CALIBRATION_DIR, DEFAULT_LAUNCHER, LAUNCHERS, REPO_ROOT, RunError, default_jobs, execute, fmt_duration, launch,
+    CALIBRATION_DIR, DEFAULT_LAUNCHER, LAUNCHERS, REPO_ROOT, Interrupted, RunError, default_jobs, execute, fmt_duration,
+    launch,
     print_plan, unique,
 )
 import experiments.spec as spec_config
@@ -227,6 +228,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (SpecError, RunError) as exc:
         print(f"experiments.run: {exc}", file=sys.stderr)
         return 2
+    except Interrupted as exc:  # the children were stopped and their run_spec.json marked interrupted
+        print(f"experiments.run: {exc}; started again, the runs resume from their checkpoints", file=sys.stderr)
+        return 128 + exc.signum
     if failures:
         print(f"\n{len(failures)} failure(s):", file=sys.stderr)
         for f in failures:

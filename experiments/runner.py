@@ -13,6 +13,13 @@ Launchers:
 Every launched run gets ``<run_dir>/run_spec.json`` (config, overrides, scale, command, wall time).
 A run directory made by a different command is an error, never silently mixed: this is what lets
 tables share runs (``shared_with``) safely.
+
+Signals. SIGINT and SIGTERM (Ctrl-C, ``kill``, a scheduler's preemption) are forwarded to every
+training child's process group (each child, and a ``deepspeed`` launcher's ``launch.py`` and
+ranks, runs in a session of its own), the runner waits for them, marks their ``run_spec.json``
+``"interrupted"``, launches nothing more and exits 128 + the signal; the runs resume when started
+again. A run directory whose lock another live process holds (a second runner of the same target)
+is waited for, not launched, and not counted as a failure when that process finishes it.
 """
 
 from __future__ import annotations
@@ -20,7 +27,9 @@ from __future__ import annotations
 import json
 import os
 import shlex
+import signal
 import subprocess
+import threading
 import sys
 import time
 import traceback
@@ -45,6 +54,124 @@ PAPER_TIME_CONTEXT = ("the paper reports 21.16 h (GRPO) and 9.22 h (FastRL) for 
 
 class RunError(RuntimeError):
     """A run failed or its directory belongs to another command."""
+
+
+class Interrupted(Exception):
+    """The runner got SIGINT/SIGTERM; its children were stopped and marked interrupted."""
+
+    def __init__(self, signum: int) -> None:
+        self.signum = signum
+        super().__init__(f"interrupted ({signal.Signals(signum).name})")
+
+
+_children: set[subprocess.Popen] = set()  # live training children, each leading its process group
+_stop: list[int] = []  # the signal that stopped this runner, once one has
+_guard = threading.RLock()  # re-entrant: the handler runs in the main thread, which may hold it
+
+
+def _forward(signum: int, frame: Any) -> None:
+    """Signal handler: remember the signal and pass it to every child's whole process group."""
+    with _guard:
+        if not _stop:
+            _stop.append(signum)
+        for child in list(_children):
+            try:
+                os.killpg(child.pid, signum)
+            except ProcessLookupError:
+                pass
+
+
+def _raise_in_process(signum: int, frame: Any) -> None:
+    """In-process runs: the signal unwinds the trainer where it is, as Ctrl-C does."""
+    _forward(signum, frame)
+    raise KeyboardInterrupt
+
+
+def forward_signals(launcher: str) -> Any:
+    """Install the SIGINT/SIGTERM handlers (main thread only); returns a restorer."""
+    _stop.clear()
+    if threading.current_thread() is not threading.main_thread():
+        return lambda: None
+    handler = _raise_in_process if launcher == "inprocess" else _forward
+    previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGINT, signal.SIGTERM)}
+
+    def restore() -> None:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    return restore
+
+
+def stopped() -> int | None:
+    """The signal this runner was stopped with, or None."""
+    return _stop[0] if _stop else None
+
+
+def held_by(run_dir: Path) -> str | None:
+    """The pid holding ``run_dir``'s run lock (``fastrl.training.run_dir.RunLock``), or None if free."""
+    import fcntl
+
+    path = Path(run_dir) / ".lock"
+    if not path.is_file():
+        return None
+    with open(path) as fh:
+        try:
+            fcntl.flock(fh.fileno(), fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return fh.read().strip() or "unknown"
+        fcntl.flock(fh.fileno(), fcntl.LOCK_UN)
+    return None
+
+
+class RunnerLock:
+    """``<run_dir>/.runner.lock``: an flock held by the runner that launches the run, so a second
+    ``experiments.run`` of the same run waits here (``__enter__`` returns the pid it waited for,
+    or None) before it starts a trainer, which would fail on the trainer's own lock."""
+
+    def __init__(self, run_dir: Path, poll_s: float = 0.5) -> None:
+        self.path, self.poll_s = Path(run_dir) / ".runner.lock", poll_s
+        self._fh: Any = None
+
+    def __enter__(self) -> str | None:
+        import fcntl
+
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._fh = open(self.path, "a+")
+        waited_for = None
+        while True:
+            try:
+                fcntl.flock(self._fh.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if waited_for is None:
+                    self._fh.seek(0)
+                    waited_for = self._fh.read().strip() or "unknown"
+                    _say(f"   {self.path.parent} is held by pid {waited_for} (another runner): waiting for it to end")
+                if stopped() is not None:
+                    self._fh.close()
+                    raise Interrupted(stopped()) from None
+                time.sleep(self.poll_s)
+        self._fh.seek(0)
+        self._fh.truncate()
+        self._fh.write(f"{os.getpid()}\n")
+        self._fh.flush()
+        return waited_for
+
+    def __exit__(self, *exc: Any) -> None:
+        import fcntl
+
+        fcntl.flock(self._fh.fileno(), fcntl.LOCK_UN)
+        self._fh.close()
+
+
+def wait_while_held(run_dir: Path, poll_s: float = 1.0) -> str | None:
+    """Wait while another process holds ``run_dir``'s lock; returns the holder's pid (None: free)."""
+    holder = held_by(run_dir)
+    if holder is None:
+        return None
+    _say(f"   {run_dir} is held by pid {holder} (another runner or trainer): waiting for it to end")
+    while held_by(run_dir) is not None and stopped() is None:
+        time.sleep(poll_s)
+    return holder
 
 
 def unique(specs: Sequence[RunSpec]) -> list[RunSpec]:
@@ -102,6 +229,20 @@ def launch(spec: RunSpec, launcher: str) -> float:
     def record(**fields: Any) -> None:
         _write_spec(spec, launcher, {"code_commit": commit, "environment": env, **fields})
 
+    with RunnerLock(spec.run_dir) as other_runner:
+        return _launch_held(spec, launcher, record, other_runner)
+
+
+def _launch_held(spec: RunSpec, launcher: str, record: Any, other_runner: str | None) -> float:
+    """:func:`launch` with this runner holding the run's runner lock."""
+    holder = wait_while_held(spec.run_dir) or other_runner
+    if holder is not None and is_finished(spec.run_dir):
+        if (read_spec(spec.run_dir) or {}).get("status") != "finished":
+            record(status="finished", trained_by_pid=holder)
+        _say(f"   {spec.run_dir}: finished by pid {holder}")
+        return 0.0
+    if stopped() is not None:
+        raise Interrupted(stopped())
     record(status="running")
     start = time.perf_counter()
     if launcher == "inprocess":
@@ -109,13 +250,20 @@ def launch(spec: RunSpec, launcher: str) -> float:
 
         try:
             train(spec.config, list(spec.overrides), spec.scale)
+        except KeyboardInterrupt:
+            signum = stopped() or signal.SIGINT
+            record(status="interrupted", signal=signal.Signals(signum).name)
+            raise Interrupted(signum) from None
         except Exception as exc:  # noqa: BLE001 -- recorded, then re-raised with the run named
             record(status="failed", error=traceback.format_exc())
             raise RunError(f"{spec.run_dir}: training failed: {exc!r}") from exc
     else:
         log = spec.run_dir / "train.log"
-        with open(log, "a") as fh:
-            proc = subprocess.run(train_command(spec, launcher), cwd=REPO_ROOT, stdout=fh, stderr=subprocess.STDOUT)
+        returncode = _run_child(train_command(spec, launcher), log)
+        if stopped() is not None:
+            record(status="interrupted", signal=signal.Signals(stopped()).name, returncode=returncode)
+            raise Interrupted(stopped())
+        proc = subprocess.CompletedProcess(train_command(spec, launcher), returncode)
         if proc.returncode != 0:
             tail = "".join(log.read_text().splitlines(keepends=True)[-20:])
             record(status="failed", returncode=proc.returncode)
@@ -126,6 +274,21 @@ def launch(spec: RunSpec, launcher: str) -> float:
         raise RunError(f"{spec.run_dir}: training returned but metrics.jsonl has no final 'val_final' line")
     record(status="finished", run_wall_s=wall)
     return wall
+
+
+def _run_child(cmd: list[str], log: Path) -> int:
+    """Run ``cmd`` in a session of its own (so a signal reaches its whole process group, e.g. a
+    ``deepspeed`` launcher's ``launch.py`` and ranks), output appended to ``log``; its exit code."""
+    with open(log, "a") as fh, _guard:
+        if _stop:
+            return -_stop[0]
+        child = subprocess.Popen(cmd, cwd=REPO_ROOT, stdout=fh, stderr=subprocess.STDOUT, start_new_session=True)
+        _children.add(child)
+    try:
+        return child.wait()
+    finally:
+        with _guard:
+            _children.discard(child)
 
 
 # ---------------------------------------------------------------------------------------- estimate
@@ -266,6 +429,14 @@ def execute(specs: Sequence[RunSpec], launcher: str, *, fail_fast: bool = False,
     """
     todo = [s for s in specs if not is_finished(s.run_dir)
             and not (s.requires_task and not task_available(s.requires_task))]
+    restore = forward_signals(launcher)
+    try:
+        return _execute(todo, launcher, fail_fast=fail_fast, jobs=jobs)
+    finally:
+        restore()
+
+
+def _execute(todo: list[RunSpec], launcher: str, *, fail_fast: bool, jobs: int) -> list[tuple[RunSpec, str]]:
     labels = {id(s): f"[{i}/{len(todo)}]" for i, s in enumerate(todo, start=1)}
     if jobs <= 1 or launcher != "subprocess" or len(todo) <= 1:
         failures: list[tuple[RunSpec, str]] = []

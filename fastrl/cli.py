@@ -7,7 +7,9 @@
 
 A bad config key or value, a missing file or model path and other bad input end with one line,
 ``fastrl: error: ...``, and exit code 2; ``fastrl --debug ...`` adds the traceback. Ctrl-C (SIGINT)
-ends with ``fastrl: interrupted (SIGINT)`` and exit code 130.
+ends with ``fastrl: interrupted (SIGINT)`` and exit code 130; SIGTERM (``kill``, a scheduler's
+preemption) the same way, ``fastrl: interrupted (SIGTERM)`` and exit code 143. Either unwinds
+the trainer (run-dir lock released; the run resumes from its last checkpoint).
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import argparse
 import json
 import logging
 import os
+import signal
 import sys
 import time
 import traceback
@@ -295,6 +298,20 @@ def _add_common_flags(parser: argparse.ArgumentParser, *, sub: bool) -> None:
                         help="warnings and errors only (--log-level WARNING: no progress lines or bars)")
 
 
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, raised where the main thread is (as Ctrl-C raises KeyboardInterrupt), so every
+    cleanup that runs on Ctrl-C runs on a ``kill`` or a scheduler's preemption too."""
+
+    signum = signal.SIGTERM
+
+
+def _raise_terminated(signum: int, frame: Any) -> None:
+    # Once: a launcher that also got the signal (DeepSpeed's launch.py) re-sends SIGTERM to its
+    # ranks, which must not cut the unwinding of the first one short.
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    raise Terminated()
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     # The `deepspeed` launcher appends --local_rank=R; the rank comes from the environment instead.
@@ -310,6 +327,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     configure_logging("WARNING" if args.quiet else args.log_level)
     if args.func is not cmd_eval:  # eval checks its arguments first (torch's import takes seconds)
         api.default_accelerator()
+    previous = signal.signal(signal.SIGTERM, _raise_terminated)
     try:
         code = int(args.func(args) or 0)
     # Bad input: ConfigError, DataError and RecordError are ValueErrors; a missing file or model path
@@ -324,11 +342,14 @@ def main(argv: Sequence[str] | None = None) -> int:
             traceback.print_exc()
         print(f"{parser.prog}: error: {exc}", file=sys.stderr)
         return 1
-    except KeyboardInterrupt:  # Ctrl-C: one line, the shell's code for SIGINT; a run resumes from its checkpoint
+    except KeyboardInterrupt as exc:  # Ctrl-C or SIGTERM: one line, the shell's code (128 + signal); a run resumes
         if args.debug:
             traceback.print_exc()
-        print(f"{parser.prog}: interrupted (SIGINT)", file=sys.stderr)
-        return 130
+        signum = exc.signum if isinstance(exc, Terminated) else signal.SIGINT
+        print(f"{parser.prog}: interrupted ({signum.name})", file=sys.stderr)
+        return 128 + int(signum)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
     from fastrl.training.distributed import shutdown_distributed
 
     shutdown_distributed()

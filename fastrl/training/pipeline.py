@@ -44,7 +44,8 @@ from fastrl.training.metrics import RunLogger, StageTimer, progress_postfix, ste
 from fastrl.training.run_dir import FINAL_DIR, Opening, open_with_lock, write_summary
 from fastrl.training.setup import (PolicyBundle, build_policy, check_enough_prompts, limit_prompts,
                                    load_dataset_splits)
-from fastrl.training.update import LossSettings, compute_logprobs, plan_minibatches, rank_plan, update_policy
+from fastrl.training.update import (LossSettings, compute_logprobs, forward_count, plan_minibatches, rank_plan,
+                                   update_policy)
 
 log = logging.getLogger(__name__)
 
@@ -375,6 +376,12 @@ class Trainer:
         batch is the same on every rank); else this rank computes every row of ``batch``."""
         rank, world = dist.rank(), dist.world_size()
         part = batch.select(range(rank, len(batch), world)) if gather else batch
+        mbs = self.cfg.trainer.micro_batch_size
+        # Rows rank::world differ by one between ranks (9 rows: 5 and 4); under ZeRO-3 every rank
+        # must make the same number of forwards, the largest share's, padding with batch row 0.
+        # Without gather every rank's rows are its equal share of the update plan.
+        forwards = forward_count(-(-len(batch) // world), mbs) if gather else 0
+        filler = batch.select([0]) if gather and len(batch) else None
         models = {"old_logprobs": ("old_log_prob", self.policy.actor.module),
                   "ref_logprobs": ("ref", self.policy.reference)}
         columns: dict[str, torch.Tensor] = {}
@@ -382,8 +389,8 @@ class Trainer:
             if model is None:
                 continue
             with timer.stage(stage):
-                logp = compute_logprobs(model, part, micro_batch_size=self.cfg.trainer.micro_batch_size,
-                                        pad_id=self.policy.pad_id)
+                logp = compute_logprobs(model, part, micro_batch_size=mbs, pad_id=self.policy.pad_id,
+                                        forwards=forwards, filler=filler)
                 columns[column] = _gather_rows(logp, len(batch)) if gather else logp
         return batch.with_columns(**columns)
 

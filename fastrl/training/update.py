@@ -129,6 +129,11 @@ def _batch_tensors(batch: RolloutBatch, rows: Sequence[int], pad_id: int) -> dic
     return collate(batch.prompts.inputs(rows), batch.response_ids_of(rows), pad_id)
 
 
+def forward_count(rows: int, micro_batch_size: int) -> int:
+    """The forward passes :func:`compute_logprobs` makes for ``rows`` rows (one per micro-batch)."""
+    return -(-rows // micro_batch_size)
+
+
 @torch.no_grad()
 def compute_logprobs(
     model: torch.nn.Module,
@@ -136,17 +141,28 @@ def compute_logprobs(
     *,
     micro_batch_size: int,
     pad_id: int,
+    forwards: int = 0,
+    filler: RolloutBatch | None = None,
 ) -> torch.Tensor:
     """Per-token log-probs of every response of ``batch``, in micro-batches of consecutive rows:
-    a [N, R] float32 CPU column (0 off the response mask)."""
+    a [N, R] float32 CPU column (0 off the response mask).
+
+    ``forwards``: make at least this many forward passes. Under ZeRO-3 each forward all-gathers
+    the partitioned weights (a collective), so the ranks of one pass must make the same number: a
+    rank with fewer rows than another forwards ``filler``'s first row (default: its own first) in
+    extra passes of their own and discards them. The real rows' micro-batches are unchanged."""
     was_training = model.training
     model.eval()
     out = torch.zeros((len(batch), batch.width), dtype=torch.float32)
-    for mb in micro_batches(range(len(batch)), micro_batch_size):
+    mbs = micro_batches(range(len(batch)), micro_batch_size)
+    for mb in mbs:
         tensors = _batch_tensors(batch, mb, pad_id)
         logp = response_logprobs(model, tensors).float().cpu()  # one device->host copy per micro-batch
         on_response = tensors["response_mask"].bool()
         out[mb[0] : mb[-1] + 1, : logp.shape[1]] = torch.where(on_response, logp, 0.0)
+    source = filler if filler is not None else batch
+    for _ in range(forwards - len(mbs)):  # padding passes: same collectives, results dropped
+        response_logprobs(model, _batch_tensors(source, [0], pad_id))
     model.train(was_training)
     return out
 

@@ -3,8 +3,13 @@
 from __future__ import annotations
 
 import json
+import os
 import re
+import signal
 import subprocess
+import sys
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -160,10 +165,89 @@ def test_a_launched_run_records_the_environment_it_ran_in(tmp_path, monkeypatch)
 
     spec = _spec(tmp_path)
     monkeypatch.setattr(R, "code_commit", lambda repo: "abc123")
-    monkeypatch.setattr(R.subprocess, "run", lambda *a, **kw: subprocess.CompletedProcess(a, 3))  # the training fails
+    monkeypatch.setattr(R, "_run_child", lambda cmd, log: log.write_text("boom\n") and 3)  # the training fails
     with pytest.raises(R.RunError):
         R.launch(spec, "subprocess")
     env = json.loads((spec.run_dir / SPEC_FILE).read_text())["environment"]
     assert env == X.environment()
     assert set(env["packages"]) == set(X.ENVIRONMENT_PACKAGES) and env["packages"]["torch"]
     assert isinstance(env["avx512"], bool) and env["python"].count(".") == 2
+
+
+# A training child that starts a grandchild (as the `deepspeed` runner starts launch.py and the
+# ranks) and writes both pids; it ignores nothing, so only a signal to its process group ends both.
+_CHILD = """
+import os, subprocess, sys, time
+g = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
+open(sys.argv[1] + ".tmp", "w").write(f"{os.getpid()} {g.pid}")
+os.replace(sys.argv[1] + ".tmp", sys.argv[1])
+time.sleep(120)
+"""
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+def test_a_signal_stops_every_child_process_and_marks_the_run_interrupted(tmp_path, monkeypatch, signum):
+    spec = _spec(tmp_path)
+    pids = tmp_path / "pids"
+    monkeypatch.setattr(R, "train_command", lambda s, launcher, python=sys.executable: [python, "-c", _CHILD, str(pids)])
+
+    def signal_when_started() -> None:
+        deadline = time.time() + 60
+        while not pids.exists() and time.time() < deadline:
+            time.sleep(0.05)
+        os.kill(os.getpid(), signum)  # the runner's own pid, as `kill` or a scheduler would
+
+    threading.Thread(target=signal_when_started, daemon=True).start()
+    start = time.time()
+    with pytest.raises(R.Interrupted) as err:
+        R.execute([spec], "subprocess")
+    assert err.value.signum == signum and time.time() - start < 30
+    child, grandchild = map(int, pids.read_text().split())
+    for pid in (child, grandchild):  # the whole process group got the signal: nothing left running
+        deadline = time.time() + 10
+        while _alive(pid) and time.time() < deadline:
+            time.sleep(0.05)
+        assert not _alive(pid), pid
+    info = json.loads((spec.run_dir / SPEC_FILE).read_text())
+    assert info["status"] == "interrupted" and info["signal"] == signal.Signals(signum).name
+    assert signal.getsignal(signal.SIGTERM) is not R._forward  # the handlers are restored
+
+
+_HOLDER = """
+import fcntl, os, sys, time
+from pathlib import Path
+from tests.experiments.synthetic import write_run
+run = Path(sys.argv[1]); run.mkdir(parents=True, exist_ok=True)
+fh = open(run / sys.argv[3], "a+"); fcntl.flock(fh.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+fh.write(f"{os.getpid()}\\n"); fh.flush()
+open(sys.argv[2], "w").write("held")
+time.sleep(2)
+write_run(run, step_times=[1.0])
+"""
+
+
+@pytest.mark.parametrize("lock", [".runner.lock", ".lock"])  # another experiments.run; a trainer
+def test_a_run_held_by_another_live_process_is_waited_for_not_a_failure(tmp_path, monkeypatch, capsys, lock):
+    """Two `experiments.run` of one target on one runs root: the second waits for the first's run
+    (and for a run a plain `fastrl train` holds) and does not count it as a failure."""
+    spec = _spec(tmp_path)
+    held = tmp_path / "held"
+    holder = subprocess.Popen([sys.executable, "-c", _HOLDER, str(spec.run_dir), str(held), lock], cwd=REPO)
+    deadline = time.time() + 60
+    while not held.exists():
+        assert holder.poll() is None and time.time() < deadline
+        time.sleep(0.05)
+    monkeypatch.setattr(R, "_run_child", lambda cmd, log: pytest.fail("launched a run another process holds"))
+    assert R.execute([spec], "subprocess") == []
+    assert holder.wait(timeout=60) == 0
+    out = capsys.readouterr().out
+    assert f"is held by pid {holder.pid}" in out and f"finished by pid {holder.pid}" in out
+    assert json.loads((spec.run_dir / SPEC_FILE).read_text())["status"] == "finished"

@@ -74,3 +74,36 @@ def test_two_rank_training_run_with_checkpoints(tmp_path):
     assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
     assert f"{run}: finished, nothing to do" in again.stdout + again.stderr
     assert (run / "metrics.jsonl").read_text().count("timing_s/step") == 2
+
+
+# A tiny model whose 320 x 320 MLP weights (102,400 elements) are above DeepSpeed's
+# stage3_param_persistence_threshold (1e5): they stay partitioned, so every forward all-gathers.
+PARTITIONED = ["model.tiny.hidden_size=320", "model.tiny.intermediate_size=320", "model.tiny.num_heads=5",
+               "model.tiny.num_kv_heads=5"]
+
+
+@pytest.mark.deepspeed
+def test_cppo_zero3_two_ranks_with_odd_ars_batches(tmp_path):
+    """ARS drops n from 4 to 3, so 3 prompts give 9 responses: the rollout splits 2/1 prompts, CPPO's
+    whole-batch old/ref log-prob pass 5/4 rows (3/2 micro-batches of 2), and every rank must still
+    make the same number of ZeRO-3 forwards (gloo aborted with "Received data size doesn't match"
+    before). The update's shards are equal by construction (kept count a multiple of the world)."""
+    launcher = shutil.which("deepspeed", path=str(Path(sys.executable).parent)) or shutil.which("deepspeed")
+    if launcher is None:
+        pytest.skip("the `deepspeed` launcher is not installed (pip install deepspeed); `make setup` installs it")
+    run = tmp_path / "run"
+    proc = subprocess.run([launcher, "--num_gpus", "2", "--master_port", "29536", "--module", "fastrl.cli", "train",
+                           "methods/cppo.yaml", "--scale", "smoke", f"trainer.run_dir={run}",
+                           "trainer.use_deepspeed=true", "trainer.zero_stage=3",
+                           "algorithm.rollout_scaler=ars_retention", "trainer.prompts_per_step=3",
+                           "trainer.mini_batch_size=2", "trainer.total_steps=2", "trainer.save_every=0",
+                           "algorithm.kl_coef=0.01", *PARTITIONED],
+                          cwd=REPO, env=_env(), timeout=900, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    steps = [r for r in rows if "timing_s/step" in r]
+    assert [r["rollout/num_responses"] for r in steps] == [12, 9]  # 9: 5 and 4 rows per rank
+    assert all(r["prune/kept"] % 2 == 0 for r in steps)
+    # the padded pass's log-probs of the kept rows are the engine's own (no row shifted or mixed)
+    assert all(r["rollout/probs_diff_max"] < 1e-4 for r in steps)
+    assert rows[-1]["phase"] == "val_final"
