@@ -31,6 +31,8 @@ import torch
 log = logging.getLogger(__name__)
 
 MANIFEST = "gguf_manifest.json"
+# Bumped when the written directory changes: an entry of another version is converted again.
+CONVERSION_VERSION = 2
 CACHE_ENV = "FASTRL_CACHE"
 
 
@@ -85,7 +87,7 @@ def gguf_policy_dir(spec: str, cache_root: Path | None = None) -> Path:
     sha = file_sha256(src)
     root = cache_root or default_gguf_cache()
     final = root / f"{src.stem}-{sha[:16]}"
-    if _manifest_sha(final) == sha:
+    if _manifest_key(final) == (sha, CONVERSION_VERSION):
         return final
     if not gguf_available():
         raise GGUFSourceError(f"model.path = {spec!r}: converting a GGUF checkpoint needs the gguf and accelerate "
@@ -102,22 +104,24 @@ def gguf_policy_dir(spec: str, cache_root: Path | None = None) -> Path:
     return final
 
 
-def _manifest_sha(final: Path) -> str | None:
+def _manifest_key(final: Path) -> tuple[str, int] | None:
     try:
-        return json.loads((final / MANIFEST).read_text())["sha256"]
+        manifest = json.loads((final / MANIFEST).read_text())
+        return manifest["sha256"], manifest["conversion_version"]
     except (OSError, ValueError, KeyError):
         return None
 
 
 def _publish(tmp: Path, final: Path, sha: str) -> None:
     """Rename ``tmp`` into place; a concurrent builder that finished first wins, a stale entry
-    (no or another manifest) is replaced."""
-    if final.exists() and _manifest_sha(final) != sha:
+    (no manifest, another file or another conversion version) is replaced."""
+    key = (sha, CONVERSION_VERSION)
+    if final.exists() and _manifest_key(final) != key:
         shutil.rmtree(final, ignore_errors=True)
     try:
         tmp.rename(final)
     except OSError:
-        if _manifest_sha(final) != sha:
+        if _manifest_key(final) != key:
             raise
 
 
@@ -141,11 +145,13 @@ def _convert_into(src: Path, out: Path, sha: str) -> None:
     # would take the directory for a GGUF one (and look for that file in it).
     if hasattr(config, "quantization_config"):
         del config.quantization_config
+    # The GGUF loader leaves architectures unset; vLLM picks its model class from it.
+    config.architectures = [type(model).__name__]
     config.save_pretrained(str(out))
     tokenizer.save_pretrained(str(out))
     generation_config(model, tokenizer).save_pretrained(str(out))
     params = sum(v.numel() for v in state.values())
-    record = {"sha256": sha, "source": str(src), "architecture": config.architectures, "parameters": params,
+    record = {"sha256": sha, "conversion_version": CONVERSION_VERSION, "source": str(src), "architecture": config.architectures, "parameters": params,
               "seconds": round(time.perf_counter() - t0, 1)}
     (out / MANIFEST).write_text(json.dumps(record, indent=2) + "\n")
     log.info("GGUF converted: %s parameters in %.0f s", params, record["seconds"])

@@ -65,22 +65,25 @@ def test_cached_entry_is_reused_and_a_stale_one_rebuilt(tmp_path: Path, monkeypa
 
     def fake_convert(s: Path, out: Path, sha: str) -> None:
         built.append(out)
-        (out / gguf.MANIFEST).write_text(json.dumps({"sha256": sha}))
+        (out / gguf.MANIFEST).write_text(json.dumps({"sha256": sha, "conversion_version": gguf.CONVERSION_VERSION}))
 
     monkeypatch.setattr(gguf, "_convert_into", fake_convert)
     monkeypatch.setattr(gguf, "gguf_available", lambda: True)
     first = gguf.gguf_policy_dir(str(src), tmp_path / "cache")
     assert gguf.gguf_policy_dir(str(src), tmp_path / "cache") == first and len(built) == 1
     assert not [p for p in (tmp_path / "cache").iterdir() if p.name.startswith(".")]  # no tmp dir left
+    manifest = first / gguf.MANIFEST  # an entry of an older conversion version is rebuilt
+    manifest.write_text(json.dumps({**json.loads(manifest.read_text()), "conversion_version": 1}))
+    assert gguf.gguf_policy_dir(str(src), tmp_path / "cache") == first and len(built) == 2
     src.write_bytes(b"GGUF v2")  # another file: another key
-    assert gguf.gguf_policy_dir(str(src), tmp_path / "cache") != first and len(built) == 2
+    assert gguf.gguf_policy_dir(str(src), tmp_path / "cache") != first and len(built) == 3
 
 
 def test_publish_keeps_the_first_finished_copy(tmp_path: Path) -> None:
     final, a, b = tmp_path / "final", tmp_path / "a", tmp_path / "b"
     for d in (a, b):
         d.mkdir()
-        (d / gguf.MANIFEST).write_text(json.dumps({"sha256": "abc"}))
+        (d / gguf.MANIFEST).write_text(json.dumps({"sha256": "abc", "conversion_version": gguf.CONVERSION_VERSION}))
         (d / "who").write_text(d.name)
     gguf._publish(a, final, "abc")
     (b / "x").write_text("nonempty")  # rename onto a non-empty directory fails: the loser yields
