@@ -128,13 +128,14 @@ def _publish(tmp: Path, final: Path, sha: str) -> None:
 def _convert_into(src: Path, out: Path, sha: str) -> None:
     """Dequantize ``src`` and write it to ``out`` as an ordinary float32 HF directory."""
     from safetensors.torch import save_file
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoTokenizer
+
+    from fastrl.models.loaders import load_gguf_model
 
     t0 = time.perf_counter()
     log.info("converting GGUF %s (once; cached by its hash)", src)
-    kwargs = {"gguf_file": src.name}
-    tokenizer = AutoTokenizer.from_pretrained(str(src.parent), **kwargs)
-    model = AutoModelForCausalLM.from_pretrained(str(src.parent), dtype=torch.float32, **kwargs)
+    tokenizer = AutoTokenizer.from_pretrained(str(src.parent), gguf_file=src.name)
+    model = load_gguf_model(src)
     state = {k: v.detach().to(torch.float32).contiguous() for k, v in model.state_dict().items()}
     if model.config.tie_word_embeddings:
         state.pop("lm_head.weight", None)  # tied: transformers rebuilds it from the embedding
