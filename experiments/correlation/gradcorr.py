@@ -220,6 +220,7 @@ def run_correlation(
     t_gen = time.perf_counter() - t0
     pairs: list[Pair] = []
     rewards_all: list[float] = []
+    sampled: list[dict[str, Any]] = []  # responses.jsonl: what MDAP would see (experiments.correlation.real)
     for qi, group in sorted(by_q.items()):
         scores = score([r.text for r in group], [records[qi]] * len(group))
         rewards = [float(s["overall"]) for s in scores]
@@ -227,9 +228,11 @@ def run_correlation(
         ids = [list(r.response_ids) for r in group]
         if any(len(t) == 0 for t in ids):
             raise ValueError(f"correlation: an empty response for question uid={records[qi].uid}")
+        sampled += [{"uid": records[qi].uid, "reward": rw, "response_ids": t} for rw, t in zip(rewards, ids)]
         grads = sequence_logprob_grads(model, prompts[qi], ids, pad_id, flatten)
         pairs += question_pairs(records[qi].uid, ids, rewards, grads, settings.adv_tol)
     write_pairs(pairs, out_dir / "pairs.csv")
+    (out_dir / "responses.jsonl").write_text("".join(json.dumps(r) + "\n" for r in sampled))
     summary = {
         "settings": asdict(settings),
         "num_questions": len(by_q),

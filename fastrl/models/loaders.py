@@ -146,6 +146,12 @@ def damaged_safetensors(path: str | Path) -> tuple[Path, str] | None:
     return None
 
 
+def load_gguf_model(path: Path) -> PreTrainedModel:
+    """A GGUF checkpoint through transformers' GGUF loader, dequantized to float32 (only
+    ``fastrl.models.gguf`` calls it, once per file, to write an ordinary directory)."""
+    return AutoModelForCausalLM.from_pretrained(str(path.parent), gguf_file=path.name, dtype=torch.float32)
+
+
 def load_policy(path: str | Path, *, dtype: torch.dtype = torch.float32,
                 attn_implementation: str | None = None) -> tuple[PreTrainedModel, Any]:
     """Load a policy (``load_hf_model``) and its tokenizer (text) or processor (VL) from a directory

@@ -31,15 +31,25 @@ class DataError(ValueError):
 
 def resolve_policy_path(cfg: FastRLConfig, device: torch.device | None = None) -> str | Path:
     """The policy to train: ``model.path`` for ``model.source = path`` (a folder, else a hub id);
-    for ``tiny`` the tiny model's cached SFT warm start, which ``fastrl.mini`` builds and trains on
-    ``device`` (default: ``model.device`` resolved). Only rank 0 builds it; the others wait for its
-    directory."""
+    for ``gguf`` the cached HF conversion of the GGUF file (``fastrl.models.gguf``); for ``tiny``
+    the tiny model's cached SFT warm start, which ``fastrl.mini`` builds and trains on ``device``
+    (default: ``model.device`` resolved). Only rank 0 builds a cached directory; the others wait
+    for it."""
     if cfg.model.source == "path":
         return Path(cfg.model.path) if Path(cfg.model.path).exists() else cfg.model.path
+    path = _build_policy_dir(cfg, device) if dist.is_main() else None
+    return Path(dist.broadcast_object(str(path) if path else None))
+
+
+def _build_policy_dir(cfg: FastRLConfig, device: torch.device | None) -> Path:
+    """The cached directory of a built source (rank 0 only): a GGUF conversion or a tiny warm start."""
+    if cfg.model.source == "gguf":
+        from fastrl.models.gguf import gguf_policy_dir
+
+        return gguf_policy_dir(cfg.model.path)
     from fastrl.mini.source import tiny_policy_dir
 
-    path = tiny_policy_dir(cfg, device or resolve_device(cfg.model.device)) if dist.is_main() else None
-    return Path(dist.broadcast_object(str(path) if path else None))
+    return tiny_policy_dir(cfg, device or resolve_device(cfg.model.device))
 
 
 @dataclass
