@@ -37,7 +37,7 @@ CALIBRATION_DIR = REPO_ROOT / "experiments" / "calibration"
 LAUNCHERS = ("inprocess", "subprocess", "deepspeed")
 DEFAULT_LAUNCHER = {"smoke": "inprocess", "mini": "subprocess", "paper": "deepspeed"}
 
-# What the paper reports about wall-clock at its scale (PAPER.md) -- printed as context at paper
+# What the paper reports about wall-clock at its scale (docs/paper.md) -- printed as context at paper
 # scale, where no per-run estimate can be measured here.
 PAPER_TIME_CONTEXT = ("the paper reports 21.16 h (GRPO) and 9.22 h (FastRL) for Llama-3.1-8B on MATH (Table 3), "
                       "and 200 FastRL steps in 8.8 h at low policy lag (Fig. 6)")
