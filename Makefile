@@ -7,7 +7,7 @@ SCALE ?= mini
 export TOKENIZERS_PARALLELISM ?= false
 export HF_HUB_OFFLINE ?= 1
 
-.PHONY: setup test rehearsal demo bench data clean gpu-check gpu-wheels
+.PHONY: setup test rehearsal demo bench data notebooks clean gpu-check gpu-wheels
 
 setup: $(STAMP)
 
@@ -43,6 +43,12 @@ bench: setup
 
 data: setup
 	$(PY) -m data_prep.all
+
+# Every notebook in analysis/ on the committed run metadata (no runs/ needed; ~2.5 min on 2 cores);
+# figures go to a temporary folder (NOTEBOOK_OUT=dir to keep them), nothing committed is written.
+NOTEBOOK_OUT ?=
+notebooks: setup
+	$(PY) -m experiments.notebooks --scale $(SCALE) $(if $(strip $(NOTEBOOK_OUT)),--out $(NOTEBOOK_OUT))
 
 # On a box with one NVIDIA GPU and no network (< 8 min): smoke GRPO/FastRL under ZeRO-3 bf16, a
 # Qwen2.5-VL-7B-shaped step, vLLM weight sync, the demo -> runs/gpu-check/summary.{md,json}.

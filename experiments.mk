@@ -1,7 +1,7 @@
 # Experiments: `make <target>` regenerates a table or figure of the paper (see experiments/README.md).
 # Included by the main Makefile (which defines PY, STAMP and `setup`).
 #
-#   make table1                      mini scale (default), 3 seeds, CPU
+#   make table1                      mini scale (default), 5 seeds (configs/tables/slots.yaml), CPU
 #   make table1 SCALE=paper          the paper's setting (GPUs, vLLM, ZeRO-3)
 #   make table1 SCALE=smoke          seconds per run (tests, CI)
 #   make table1 SEEDS="1 2"          other seeds; RUNS=dir another run root

@@ -3,7 +3,7 @@
 Splits ``2024`` and ``2025``. Hub ids (our choice of public copies, columns read flexibly:
 problem/Problem/question, answer/Answer): ``Maxwell-Jia/AIME_2024`` (train split) and
 ``opencompass/AIME2025`` (configs AIME2025-I and AIME2025-II, test split). Local: MathRuler's
-``aime_<year>.jsonl`` files, as in ``../shared/data/aime`` (the offline run uses these, real rows).
+``aime_<year>.jsonl`` files, as in ``data/aime`` (the offline run uses these, real rows).
 """
 
 from __future__ import annotations
@@ -50,7 +50,7 @@ def to_record(row: dict[str, Any], split: str, index: int) -> Record:
 
 
 def offline_runs(shared: Path, scratch: Path) -> list[OfflineRun]:
-    return [OfflineRun(y, shared / "aime", REAL_SAMPLE, f"AIME {y} (30 rows) in shared/data") for y in ("2024", "2025")]
+    return [OfflineRun(y, shared / "aime", REAL_SAMPLE, f"AIME {y} (30 rows) in data/") for y in ("2024", "2025")]
 
 
 def main(argv: Sequence[str] | None = None) -> None:

@@ -9,7 +9,7 @@ Every script follows the same shape (see any ``data_prep/<dataset>.py``):
   own layout where one exists).
 - ``to_record(row, split, index)``: one canonical ``Record`` (raises ``ValueError`` naming the field).
 - ``offline_runs(shared_dir, scratch_dir)``: what ``data_prep.all`` runs without the hub: the real
-  samples in ``../shared/data`` where they exist, else small generated rows with the hub schema.
+  samples in the repository's ``data/`` where they exist, else small generated rows with the hub schema.
 """
 
 from __future__ import annotations
@@ -32,18 +32,25 @@ GENERATED_ROWS = "generated_rows"
 
 
 def shared_dir() -> Path:
-    """``$FASTRL_SHARED_DIR`` if set, else ``<repo>/../shared`` (CI clones the repo beside shared/)."""
+    """The folder holding ``data/``: the repository itself (its committed ``data/``), or
+    ``$FASTRL_SHARED_DIR`` if set (to read another copy of the samples)."""
     env = os.environ.get("FASTRL_SHARED_DIR")
-    path = Path(env) if env else REPO_ROOT.parent / "shared"
+    path = Path(env) if env else REPO_ROOT
     if not path.is_dir():
         raise FileNotFoundError(
-            f"shared data directory {path} not found (set FASTRL_SHARED_DIR, or place shared/ beside the repo)"
+            f"FASTRL_SHARED_DIR={path} is not a directory (unset it to use the repository's data/)"
         )
     return path
 
 
 def shared_data_dir() -> Path:
-    return shared_dir() / "data"
+    """The real samples (MATH-500, AIME 2024/2025, Geometry3K examples, MathVision testmini):
+    ``<repo>/data`` by default, ``$FASTRL_SHARED_DIR/data`` if set."""
+    path = shared_dir() / "data"
+    if not (path / "math500").is_dir():
+        raise FileNotFoundError(f"real data samples not found in {path} (expected math500/, aime/, ...; "
+                                "unset FASTRL_SHARED_DIR to use the repository's data/)")
+    return path
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,6 @@
 """Geometry3K → canonical parquet. Hub: ``hiyouga/geometry3k`` (train 2,101; test 601 — the
 paper's validation set; validation 300 unused). Also reads InterGPS's raw layout
-(``<id>/data.json`` + ``img_diagram.png``), as in ``../shared/data/geometry3k_examples``.
+(``<id>/data.json`` + ``img_diagram.png``), as in ``data/geometry3k_examples``.
 
 Trap: the canonical ``answer`` is the *option value* (``"80"``), not the letter (``"D"``). The hub
 already stores the value (with the letter in ``ground_truth``); InterGPS stores the letter, which is
@@ -88,7 +88,7 @@ def to_record(row: dict[str, Any], split: str, index: int) -> Record:
 
 def offline_runs(shared: Path, scratch: Path) -> list[OfflineRun]:
     return [OfflineRun("train", shared / "geometry3k_examples", REAL_SAMPLE,
-                       "the 10 InterGPS Geometry3K examples (ids 11-20, all train) in shared/data")]
+                       "the 10 InterGPS Geometry3K examples (ids 11-20, all train) in data/")]
 
 
 def hub_schema_sample(scratch: Path) -> Path:

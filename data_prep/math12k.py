@@ -1,5 +1,5 @@
 """MATH → canonical parquet (text only, no images). Hub: ``hiyouga/math12k`` (train 12,000;
-test 500 = MATH-500). Offline: the real MATH-500 sample (``../shared/data/math500/test.jsonl``,
+test 500 = MATH-500). Offline: the real MATH-500 sample (``data/math500/test.jsonl``,
 MathRuler's copy, fields problem/solution/answer/subject/level/unique_id)."""
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ def to_record(row: dict[str, Any], split: str, index: int) -> Record:
 
 
 def offline_runs(shared: Path, scratch: Path) -> list[OfflineRun]:
-    return [OfflineRun("test", shared / "math500", REAL_SAMPLE, "MATH-500 (500 rows) in shared/data")]
+    return [OfflineRun("test", shared / "math500", REAL_SAMPLE, "MATH-500 (500 rows) in data/")]
 
 
 def hub_schema_sample(scratch: Path) -> Path:

@@ -1,6 +1,6 @@
 """MathVision (MATH-V) → canonical parquet. Hub: ``MathLLMs/MathVision`` (test 3,040; testmini 304).
 Local: the MATH-V repository layout (``testmini.jsonl`` + ``images/<id>.jpg``), as in
-``../shared/data/mathvision_testmini`` (the offline run uses these 304 real rows).
+``data/mathvision_testmini`` (the offline run uses these 304 real rows).
 
 Trap: questions use ``<image1>``, ``<image2>`` … tags, but each row has ONE image (MATH-V composes
 the figure and any option pictures into it). The first tag becomes the single canonical
@@ -86,7 +86,7 @@ def to_record(row: dict[str, Any], split: str, index: int) -> Record:
 
 
 def offline_runs(shared: Path, scratch: Path) -> list[OfflineRun]:
-    return [OfflineRun("testmini", shared / "mathvision_testmini", REAL_SAMPLE, "MathVision testmini (304 rows + images) in shared/data")]
+    return [OfflineRun("testmini", shared / "mathvision_testmini", REAL_SAMPLE, "MathVision testmini (304 rows + images) in data/")]
 
 
 def main(argv: Sequence[str] | None = None) -> None:

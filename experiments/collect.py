@@ -47,7 +47,7 @@ COMMITTED_SCALE = "mini"  # the scale whose generated files are committed and ci
 PAPER_COLUMNS = ("table", "dataset", "model", "method", "metric", "value", "unit", "note")
 COLUMNS = ("target", "source", "method", "dataset", "model", "metric", "value", "std", "ci95_low", "ci95_high",
            "unit", "n_seeds", "seeds", "scale", "data_used", "model_used", "run_dirs", "note")
-MISSING = "—"  # a cell the paper does not give (PAPER.md has no number for it)
+MISSING = "—"  # a cell the paper does not give (docs/paper.md has no number for it)
 # Accuracy-like metrics (in %) compared per seed against a reference method: d_<metric>_vs_<ref>.
 PAIRED_METRICS: tuple[str, ...] = ("in_domain_acc", "ood_avg", "avg_acc", "avg_at_16", "pass_at_16", "peak_acc",
                                    "final_acc")
@@ -461,7 +461,7 @@ def markdown(title: str, rows: Sequence[Row], metrics: Sequence[str], *, preambl
         vals = [cell_text(c[m]) if m in c else MISSING for m in shown]
         lines.append("| " + " | ".join([k[0] or MISSING, k[1] or MISSING, k[2] or MISSING, k[3], *vals]) + " |")
     measured = [r for r in rows if r.source == "measured"]
-    lines += ["", f"{MISSING}: no number (the paper's rows: PAPER.md does not give it; measured rows: not measured "
+    lines += ["", f"{MISSING}: no number (the paper's rows: docs/paper.md does not give it; measured rows: not measured "
               "or not finished). Measured cells are mean ± sample std over seeds.", ""]
     if any(r.ci95_low is not None for r in rows if r.metric in shown):
         lines += [PAIRED_LEGEND, ""]

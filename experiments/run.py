@@ -7,7 +7,7 @@ correlation measurement, notebooks), (5) collects paper_figures/generated/<scale
 and writes paper_figures/generated/<scale>/run_metadata/<target>.jsonl. Everything a target writes
 is under its scale's directory, so a smoke run never touches the committed mini files.
 
-    python -m experiments.run table1 --scale mini --seeds "1 2 3"
+    python -m experiments.run table1 --scale mini --seeds "1 2 3 4 5"
     python -m experiments.run table1 --dry-run           # plan and estimate only
     python -m experiments.run table1 --collect-only      # tables from the logs already there
     python -m experiments.run table1 --from-metadata     # tables from the committed run metadata (no runs/)

@@ -46,7 +46,7 @@ CALIBRATION_DIR = REPO_ROOT / "experiments" / "calibration"
 LAUNCHERS = ("inprocess", "subprocess", "deepspeed")
 DEFAULT_LAUNCHER = {"smoke": "inprocess", "mini": "subprocess", "paper": "deepspeed"}
 
-# What the paper reports about wall-clock at its scale (PAPER.md) -- printed as context at paper
+# What the paper reports about wall-clock at its scale (docs/paper.md) -- printed as context at paper
 # scale, where no per-run estimate can be measured here.
 PAPER_TIME_CONTEXT = ("the paper reports 21.16 h (GRPO) and 9.22 h (FastRL) for Llama-3.1-8B on MATH (Table 3), "
                       "and 200 FastRL steps in 8.8 h at low policy lag (Fig. 6)")
@@ -358,27 +358,45 @@ def print_plan(target: str, scale: str, specs: Sequence[RunSpec], runs_root: Pat
     if not pending:
         return 0.0
     calibration = load_calibration(scale)
-    total, unknown = 0.0, []
-    for s in pending:
-        e = estimate(s, runs_root, calibration)
-        if e.seconds is None:
-            unknown.append(s)
-        else:
-            total += e.seconds
+    estimates = [estimate(s, runs_root, calibration) for s in pending]
+    total = sum(e.seconds for e in estimates if e.seconds is not None)
+    unknown = [s for s, e in zip(pending, estimates) if e.seconds is None]
     if scale == "paper":
         gpus = sorted({s.gpus for s in pending})
         print(f"   estimate: not measurable here; {len(pending)} runs on {gpus} GPUs each; {PAPER_TIME_CONTEXT}")
         return None
-    known = len(pending) - len(unknown)
-    parallel = f" (~{fmt_duration(total / jobs)} with {jobs} runs at once)" if jobs > 1 else ""
-    msg = f"   estimate: {fmt_duration(total)} of run time for {known} runs{parallel} (from finished runs / " \
-          f"calibration)" if known else "   estimate: no measurement yet"
-    if unknown:
-        msg += (f"; {len(unknown)} runs of settings never timed on this machine "
-                f"({', '.join(sorted({s.setting for s in unknown}))}): run "
-                f"`python -m experiments.run calibrate --scale {scale}` for a measured estimate")
-    print(msg, flush=True)
+    print(estimate_line(scale, [e.source for e in estimates], total,
+                        sorted({s.setting for s in unknown}), jobs), flush=True)
     return total
+
+
+def calibration_origin(scale: str) -> str:
+    """Where a calibration estimate comes from, for the plan: the file, when and where it was measured."""
+    p = CALIBRATION_DIR / f"{scale}.json"
+    if not p.is_file():
+        return f"no calibration file {p.relative_to(CALIBRATION_DIR.parent.parent)}"
+    meta = json.loads(p.read_text())
+    return (f"the calibration in {p.relative_to(CALIBRATION_DIR.parent.parent)}, measured {meta.get('measured_at', '?')} "
+            f"on a {meta.get('cpus', '?')}-CPU machine, which may not be this one")
+
+
+def estimate_line(scale: str, sources: Sequence[str], total: float, unknown_settings: Sequence[str],
+                  jobs: int) -> str:
+    """One line: how long the pending runs should take and where each part of the number comes from."""
+    n_runs, n_cal = sum(src != "unknown" for src in sources), sum(src == "calibration file" for src in sources)
+    n_unknown = len(sources) - n_runs
+    fix = f"`make calibrate SCALE={scale}` times them on this machine"
+    if not n_runs:
+        return (f"   estimate: none yet for {n_unknown} runs: no finished run here and no entry in "
+                f"experiments/calibration/{scale}.json for {', '.join(unknown_settings)}; {fix}")
+    parallel = f" (~{fmt_duration(total / jobs)} with {jobs} runs at once)" if jobs > 1 else ""
+    parts = [f"{n_runs - n_cal} from finished runs here"] if n_runs > n_cal else []
+    if n_cal:
+        parts.append(f"{n_cal} from {calibration_origin(scale)} (`make calibrate SCALE={scale}` re-times this machine)")
+    msg = f"   estimate: {fmt_duration(total)} of run time for {n_runs} runs{parallel}: {'; '.join(parts)}"
+    if n_unknown:
+        msg += f"; {n_unknown} runs not estimated ({', '.join(unknown_settings)} never timed): {fix}"
+    return msg
 
 
 def task_available(task: str) -> bool:

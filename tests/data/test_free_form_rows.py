@@ -1,5 +1,5 @@
 """Issue 15, defect 4: free-form rows of the multiple-choice benchmarks are asked for (and graded
-on) their answer, not an option letter. MathVision testmini (../shared/data, 304 real rows) has
+on) their answer, not an option letter. MathVision testmini (the repository's data/, 304 real rows) has
 113 free-form numeric questions."""
 
 from __future__ import annotations
@@ -15,16 +15,11 @@ from fastrl.data.schema import Record, is_multiple_choice
 from fastrl.data.templates import FASTRL_INSTRUCTION, MC_INSTRUCTION, build_prompt_text
 from fastrl.rewards import score_batch
 
-try:
-    DATA = common.shared_data_dir()
-except FileNotFoundError:  # pragma: no cover - CI always has shared/ beside the repo
-    DATA = None
+DATA = common.shared_data_dir()
 
 
 @pytest.fixture(scope="module")
 def mathvision_testmini(tmp_path_factory) -> list[Record]:
-    if DATA is None:
-        pytest.skip("../shared/data not found")
     tmp = tmp_path_factory.mktemp("mathvision")
     run = mathvision.offline_runs(DATA, tmp / "scratch")[0]
     res = prepare_split(mathvision.SPEC, mathvision, run.split, tmp, from_local=run.local_dir, input_kind=run.input_kind)

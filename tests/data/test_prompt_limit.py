@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from data_prep.common import shared_data_dir
 from fastrl.config import ConfigError, load_config
 from fastrl.data.prompt_limit import PromptLimit, PromptTooLongError
 from fastrl.data.schema import Record
@@ -17,7 +18,7 @@ from fastrl.data.vision import RELEASED_MAX_PIXELS, RELEASED_MIN_PIXELS
 from fastrl.evaluation.evaluate import GREEDY, evaluate
 from fastrl.rollout.base import PromptInput, Response
 
-SHARED = Path(__file__).resolve().parents[3] / "shared" / "data" / "mathvision_testmini"
+SHARED = shared_data_dir() / "mathvision_testmini"
 
 
 def test_limit_filters_and_counts_or_names_the_first_row(caplog):
@@ -39,7 +40,6 @@ def test_config_fields_and_their_checks():
         load_config("methods/grpo.yaml", ["data.prompt_length_policy=truncate"], scale="smoke")
 
 
-@pytest.mark.skipif(not SHARED.exists(), reason="../shared/data not found")
 def test_mathvision_image_tokens_at_the_released_pixels_without_building_pixels():
     """The lengths the limit sees come from image sizes alone (tokenize builds no pixel tensor):
     11 of MathVision testmini's 304 images need > 2,048 tokens, 3 need > 4,096."""

@@ -17,6 +17,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 from PIL import Image
 
+from data_prep.common import shared_data_dir
 from fastrl.data import vision
 from fastrl.data.vision import (
     RELEASED_MAX_PIXELS,
@@ -27,7 +28,7 @@ from fastrl.data.vision import (
 )
 from fastrl.models.processing import IMAGE_PAD, PromptEncoder
 
-GEO3K = Path("/work/shared/data/geometry3k_examples")
+GEO3K = shared_data_dir() / "geometry3k_examples"
 QWEN25_VL_PROCESSOR = {"shortest_edge": 3136, "longest_edge": 12845056}  # Qwen2.5-VL-7B-Instruct's
 
 
@@ -62,8 +63,7 @@ def qwen_vl_utils():
 
 def _geo3k_images() -> list[Path]:
     paths = sorted(GEO3K.glob("*/img_diagram.png"))
-    if not paths:
-        pytest.skip(f"no Geometry3K diagrams under {GEO3K}")
+    assert paths, f"no Geometry3K diagrams under {GEO3K}"
     return paths
 
 

@@ -1,4 +1,4 @@
-"""Every data_prep script on its offline inputs (real shared samples or hub-schema rows)."""
+"""Every data_prep script on its offline inputs (the real samples in data/ or hub-schema rows)."""
 
 from __future__ import annotations
 
@@ -13,11 +13,7 @@ from data_prep import aime, all as prep_all, common, geoqa8k, geometry3k, math12
 from data_prep.common import GENERATED_ROWS, REAL_SAMPLE, prepare_split
 from fastrl.data.loaders import load_records
 
-try:
-    DATA = common.shared_data_dir()
-except FileNotFoundError:  # pragma: no cover - CI always has shared/ beside the repo
-    DATA = None
-needs_shared = pytest.mark.skipif(DATA is None, reason="../shared/data not found")
+DATA = common.shared_data_dir()
 
 
 def _offline(mod, tmp_path: Path) -> dict[str, tuple[list, object]]:
@@ -28,7 +24,6 @@ def _offline(mod, tmp_path: Path) -> dict[str, tuple[list, object]]:
     return out
 
 
-@needs_shared
 def test_geometry3k_intergps_letter_mapped_to_value(tmp_path: Path):
     recs, res = _offline(geometry3k, tmp_path)["train"]
     assert res.input_kind == REAL_SAMPLE and len(recs) == 10
@@ -52,7 +47,6 @@ def test_geometry3k_hub_schema_rows(tmp_path: Path):
         geometry3k.to_record(bad, "train", 0)
 
 
-@needs_shared
 def test_math_and_aime_real_samples(tmp_path: Path):
     recs, _ = _offline(math12k, tmp_path)["test"]
     assert len(recs) == 500 and all(not r.images for r in recs)
@@ -68,7 +62,6 @@ def test_math12k_hub_schema_rows(tmp_path: Path):
     assert recs[-1].answer == "\\frac{1}{2}"
 
 
-@needs_shared
 def test_mathvision_image_tags_become_one_placeholder(tmp_path: Path):
     recs, _ = _offline(mathvision, tmp_path)["testmini"]
     assert len(recs) == 304 and sum(len(r.images) for r in recs) == 304
@@ -135,6 +128,13 @@ def test_bad_source_row_is_named(tmp_path: Path):
         wemath.parse_options("just text")
 
 
+def test_real_samples_are_the_repository_copy(monkeypatch):
+    """A fresh clone needs no sibling folder: the real samples are committed under data/."""
+    monkeypatch.delenv("FASTRL_SHARED_DIR", raising=False)
+    assert common.shared_data_dir() == common.REPO_ROOT / "data"
+    assert (common.shared_data_dir() / "math500" / "test.jsonl").is_file()
+
+
 def test_shared_dir_env_override(tmp_path: Path, monkeypatch):
     monkeypatch.setenv("FASTRL_SHARED_DIR", str(tmp_path))
     assert common.shared_dir() == tmp_path
@@ -143,7 +143,6 @@ def test_shared_dir_env_override(tmp_path: Path, monkeypatch):
         common.shared_dir()
 
 
-@needs_shared
 def test_all_writes_table6(tmp_path: Path):
     results = prep_all.run_all(tmp_path / "prepared", tmp_path / "tables")
     assert (tmp_path / "prepared" / ".gitignore").read_text().strip().endswith("*")

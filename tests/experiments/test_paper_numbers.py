@@ -1,4 +1,4 @@
-"""paper_figures/paper_numbers.csv holds exactly numbers that PAPER.md states, and nothing else."""
+"""paper_figures/paper_numbers.csv holds exactly numbers that docs/paper.md states, and nothing else."""
 
 from __future__ import annotations
 
@@ -10,12 +10,10 @@ import pytest
 
 from experiments.collect import PAPER_NUMBERS, paper_rows, read_paper_numbers
 
-PAPER_MD = Path(__file__).resolve().parents[3] / "shared" / "PAPER.md"
+PAPER_MD = Path(__file__).resolve().parents[2] / "docs" / "paper.md"
 
 
 def _paper_text() -> str:
-    if not PAPER_MD.is_file():
-        pytest.skip(f"{PAPER_MD} not available")
     return PAPER_MD.read_text()
 
 
@@ -33,7 +31,7 @@ def _numbers_in(text: str) -> set[float]:
 def test_every_value_is_stated_in_paper_md():
     stated = _numbers_in(_paper_text())
     for i, r in enumerate(read_paper_numbers(), start=2):
-        assert abs(float(r["value"])) in stated, f"paper_numbers.csv:{i}: {r['value']} is not in PAPER.md"
+        assert abs(float(r["value"])) in stated, f"paper_numbers.csv:{i}: {r['value']} is not in docs/paper.md"
 
 
 def test_the_headline_numbers_are_all_there():
@@ -57,7 +55,7 @@ def test_the_headline_numbers_are_all_there():
 
 
 def test_no_number_of_a_table_the_paper_gives_no_numbers_for():
-    # Table 6 (dataset statistics) and the correlation coefficients of Fig. 5 are not in PAPER.md
+    # Table 6 (dataset statistics) and the correlation coefficients of Fig. 5 are not in docs/paper.md
     rows = read_paper_numbers()
     assert not [r for r in rows if r["table"] == "table6"]
     assert not [r for r in rows if r["metric"] in ("pearson_r", "spearman_rho")]

@@ -11,11 +11,12 @@ from pathlib import Path
 
 import pytest
 
+from data_prep.common import shared_data_dir
 from fastrl.cli import main
 from fastrl.mini.builders import TinyModelSpec, build_tiny_model_dir
 
 REPO = Path(__file__).resolve().parents[2]
-SHARED = REPO.parent / "shared" / "data"
+SHARED = shared_data_dir()
 
 
 def _prepare(name: str, local: Path, split: str, out: Path) -> Path:
@@ -26,8 +27,6 @@ def _prepare(name: str, local: Path, split: str, out: Path) -> Path:
 
 @pytest.fixture(scope="module")
 def prepared(tmp_path_factory):
-    if not SHARED.is_dir():
-        pytest.skip(f"offline samples not found at {SHARED} (the repo expects shared/ beside it)")
     out = tmp_path_factory.mktemp("prepared")
     return {
         "math500": _prepare("math12k", SHARED / "math500", "test", out),

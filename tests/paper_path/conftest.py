@@ -29,13 +29,10 @@ _WORKDIR: list[Path] = []  # the rehearsal directory (its logs/ hold every run's
 
 
 def shared_data() -> Path:
-    """``../shared/data`` (or ``$FASTRL_SHARED_DIR/data``): the real examples the data is made of."""
+    """The repository's ``data/`` (or ``$FASTRL_SHARED_DIR/data``): the real examples the data is made of."""
     from data_prep.common import shared_data_dir
 
-    try:
-        return shared_data_dir()
-    except FileNotFoundError as err:
-        pytest.skip(f"paper-path rehearsal: {err}")
+    return shared_data_dir()
 
 
 @dataclass

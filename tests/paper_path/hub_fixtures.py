@@ -15,7 +15,7 @@ Everything a new user gets from the hub is written here in the hub's own file la
   pad token, the real 3.1 chat template, generation eos [<|end_of_text|>, <|eom_id|>, <|eot_id|>].
 - ``install_in_hub_cache``: ``HF_HUB_CACHE/models--org--name/snapshots/<hash>/`` + ``refs/main``.
 - ``write_hub_datasets``: ``data/<split>-00000-of-00001.parquet`` written by ``datasets`` with
-  the hub's columns and Image features, from the real examples in ``../shared/data``.
+  the hub's columns and Image features, from the real examples in the repository's ``data/``.
 
 Tokenizers are trained here with ``tokenizers`` on local text; special-token ids are small (they
 follow the trained vocabulary) — ids do not matter, layout, names and order do.
