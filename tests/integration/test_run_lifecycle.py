@@ -178,13 +178,13 @@ def test_sigterm_is_one_line_code_143_and_resumable(tmp_path: Path) -> None:
     _, err = proc.communicate(timeout=120)
     assert proc.returncode == 143, err[-2000:]
     assert "Traceback" not in err and err.strip().splitlines()[-1] == "fastrl: interrupted (SIGTERM)"
-    lock = R.RunLock(run)
+    lock = L.RunLock(run)
     lock.acquire()  # released by the interrupted trainer
     lock.release()
     steps = sum("timing_s/step" in r for r in read_metrics(run))
     assert steps < 3
-    again = subprocess.run(_cli(run, "trainer.total_steps=3", "trainer.save_every=1"), cwd=REPO_ROOT, env=ENV,
-                           capture_output=True, text=True, timeout=300)
+    again = subprocess.run(_cli(run, "trainer.total_steps=3", "trainer.save_every=1", "--json"), cwd=REPO_ROOT,
+                           env=ENV, capture_output=True, text=True, timeout=300)
     assert again.returncode == 0, again.stderr[-2000:]
     assert '"resumed_from_step": ' in again.stdout and '"resumed_from_step": null' not in again.stdout
     assert [r["step"] for r in read_metrics(run) if "timing_s/step" in r] == [1, 2, 3]

@@ -76,6 +76,9 @@ def test_build_policy_puts_actor_and_reference_on_the_resolved_device(monkeypatc
         return META  # stands in for cuda:0
 
     monkeypatch.setattr(setup, "resolve_device", fake_resolve, raising=False)
+    from fastrl.models import device as device_module  # the torch backend resolves through it
+
+    monkeypatch.setattr(device_module, "resolve_device", fake_resolve)
     cfg = load_config("methods/grpo.yaml", ["model.source=path", f"model.path={tiny_dir}", "model.device=cuda", "trainer.use_deepspeed=false",
                                             f"trainer.run_dir={tmp_path}"], scale="smoke")
     assert cfg.algorithm.kl_coef > 0
