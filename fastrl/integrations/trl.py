@@ -94,7 +94,7 @@ def prune_metrics(result: PruneResult, num_responses: int) -> dict[str, float]:
     """Kept fraction, kept count, batch size n and the pruner's own metrics (buckets, refill, ...)."""
     kept = len(result.kept)
     out = {K.PRUNE_KEPT_FRACTION: kept / max(num_responses, 1), K.PRUNE_KEPT: float(kept),
-           "prune/n": float(num_responses)}
+           K.ROLLOUT_NUM_RESPONSES: float(num_responses)}
     out.update(result.metrics(num_responses))
     return {METRIC_PREFIX + k: v for k, v in out.items()}
 

@@ -116,7 +116,7 @@ def test_two_steps_at_tau_one_train_on_the_advantage_only_rows(tiny_dir: Path, t
         assert got == want
         assert len(keep) < len(batch)
     logged = trainer.state.log_history[0]
-    assert 0 < logged["fastrl/prune/kept_fraction"] < 1 and logged["fastrl/prune/n"] == 8
+    assert 0 < logged["fastrl/prune/kept_fraction"] < 1 and logged["fastrl/rollout/num_responses"] == 8
     assert "fastrl/prune/num_buckets" in logged
 
 

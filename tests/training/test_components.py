@@ -70,21 +70,19 @@ def test_a_section_checks_its_values_when_the_config_is_read(override, message):
     assert str(err.value) == message
 
 
-def test_greso_bad_probabilities_are_the_selectors_error():
-    cfg = load_config("methods/greso.yaml", ["algorithm.greso.p_min=0.5", "algorithm.greso.p_max=0.4"], scale="smoke")
-    with pytest.raises(ValueError, match=r"GresoSelector: p_min = 0.5 > p_max = 0.4"):
-        build_components(cfg)
+def test_greso_bad_probabilities_fail_when_the_config_is_read():
+    """algorithm.greso owns its checks (fastrl.algorithms.sections.GresoConfig): before any build."""
+    with pytest.raises(ValueError, match=r"algorithm.greso.p_min = 0.5 > p_max = 0.4"):
+        load_config("methods/greso.yaml", ["algorithm.greso.p_min=0.5", "algorithm.greso.p_max=0.4"], scale="smoke")
 
 
 @pytest.mark.parametrize("override, key", [
     ("algorithm.ars.n_floor=1", "algorithm.ars: ReleaseRolloutScaler: n_floor = 1"),
-    ("algorithm.greso.p_min=0.5", "algorithm.greso: GresoSelector: p_min = 0.5 > p_max"),
 ])
 def test_a_rejected_hyperparameter_names_its_config_key(override, key):
     from fastrl.config import ConfigError
 
-    cfg = load_config("methods/greso.yaml" if "greso" in key else "methods/fastrl.yaml",
-                      [override, "algorithm.greso.p_max=0.4"] if "greso" in key else [override], scale="smoke")
+    cfg = load_config("methods/fastrl.yaml", [override], scale="smoke")
     with pytest.raises(ConfigError, match=key):
         build_components(cfg)
 

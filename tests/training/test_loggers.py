@@ -4,6 +4,7 @@ tested offline (WANDB_MODE=offline), by reading the run file it writes."""
 from __future__ import annotations
 
 import json
+import time
 import struct
 from pathlib import Path
 
@@ -119,6 +120,7 @@ def test_wandb_offline_mirrors_each_step_and_a_resume_continues_the_same_run(tmp
     assert rows == [{"train/step": 1, "reward/mean": 0.5}, {"train/step": 2, "reward/mean": 0.75}]
     assert [json.loads(ln)["step"] for ln in (run / "metrics.jsonl").read_text().splitlines()] == [1, 2]
 
+    time.sleep(1.1)  # wandb names offline folders by the second: two starts in one second share a folder
     again = RunLogger(run, loggers=["jsonl", "wandb"])  # a resumed run: the same wandb id
     again.log(3, {"reward/mean": 1.0})
     again.close()

@@ -93,6 +93,7 @@ def test_a_training_set_smaller_than_a_step_is_refused_before_any_model_is_built
     monkeypatch.setattr(pipeline, "build_policy", no_model)
     rc = main(["train", "methods/grpo.yaml", "--scale", "smoke", "data.num_train=3", "trainer.prompts_per_step=4",
                f"trainer.run_dir={tmp_path / 'run'}"])
-    err = capsys.readouterr().err.strip().splitlines()
-    assert rc == 2 and len(err) == 1, err
+    stderr = capsys.readouterr().err  # the INFO log lines (the config's key lines) come first
+    err = [line for line in stderr.splitlines() if line.startswith("fastrl: error")]
+    assert rc == 2 and len(err) == 1 and "Traceback" not in stderr, stderr
     assert "data.num_train=3: 3 training prompts < trainer.prompts_per_step=4" in err[0]
