@@ -112,8 +112,11 @@ def test_torch_backend_never_imports_deepspeed() -> None:
             "a = Actor(torch.nn.Linear(2, 1), TrainerConfig(use_deepspeed=False), ModelConfig(dtype='float32'));"
             "a.backward(a.module(torch.ones(1, 2)).sum()); a.step();"
             "print('deepspeed' in sys.modules)")
-    out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True)
-    assert out.stdout.strip() == "False"
+    # a fresh process, without the distributed variables in-process DeepSpeed tests leave behind
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")}
+    out = subprocess.run([sys.executable, "-c", code], cwd=REPO, env=env, capture_output=True, text=True)
+    assert out.returncode == 0 and out.stdout.strip() == "False", out.stderr[-2000:]
 
 
 def test_actor_has_no_backend_branches() -> None:
