@@ -269,6 +269,14 @@ def _override_value(overrides: Sequence[str], key: str) -> str | None:
     return vals[-1] if vals else None
 
 
+def _table_seeds(table: dict[str, Any], scale: str, seeds: Sequence[int]) -> list[int]:
+    """The seeds a table runs: none at a scale it is not measured at (``scales``; the lr sweep's
+    rates are mini's), else the first ``max_seeds`` of those asked (a sweep needs fewer seeds)."""
+    if table.get("scales") is not None and scale not in table["scales"]:
+        return []
+    return list(seeds)[: int(table["max_seeds"])] if table.get("max_seeds") is not None else list(seeds)
+
+
 def build_runs(
     target: str,
     scale: str,
@@ -288,10 +296,7 @@ def build_runs(
         raise SpecError(f"scale {scale!r}: choose one of {SCALES}")
     slots = load_slots()
     table = load_table(target)
-    if table.get("scales") is not None and scale not in table["scales"]:
-        return []  # a table measured only at some scales (the lr sweep's rates are mini's)
-    if table.get("max_seeds") is not None:  # a sweep that needs fewer seeds than the scale's tables
-        seeds = list(seeds)[: int(table["max_seeds"])]
+    seeds = _table_seeds(table, scale, seeds)
     variants = table_variants(target, table)
     if not variants:
         raise SpecError(f"{table_config_path(target)}: no variants")
@@ -300,8 +305,7 @@ def build_runs(
         ds_name, model_name = setting["dataset"], setting["model"]
         ds = slot_entry(slots, "datasets", ds_name, scale)
         md = slot_entry(slots, "models", model_name, scale)
-        # GRPO's tuned rate for the setting, for every method (a table that sweeps the rate itself
-        # says `tuned_lr: false`: its points must not depend on the value being tuned)
+        # GRPO's tuned rate, for every method (`tuned_lr: false`: a sweep of the rate itself)
         tuned = lr_overrides(slots, scale, ds_name, model_name) if table.get("tuned_lr", True) else []
         base = [*ds.get("overrides", []), *ds.get("budget", []), *md.get("overrides", []), *tuned,
                 *(table.get("extra_overrides", {}) or {}).get(scale, [])]
