@@ -146,11 +146,14 @@ def required_spread(steps: Sequence[StepCounts], *, period_steps: int, total_ste
 # ------------------------------------------------------------------------------------------- input
 def load_series(path: Path, variant: str | None = None) -> list[tuple[str, list[StepCounts]]]:
     """(label, steps) per run: a run directory (its metrics.jsonl) or a run-metadata .jsonl file
-    (every record, or those of ``variant``), labelled ``dataset-model/variant/seed<k>``."""
+    (every record, or those of ``variant``), labelled ``dataset-model/variant/seed<k>`` (a run
+    directory by its last three path parts); the setting is the label's first part."""
     path = Path(path)
     if path.is_dir():
         rows = [json.loads(line) for line in (path / "metrics.jsonl").read_text().splitlines() if line.strip()]
-        return [(str(path), steps_from_rows(rows))]
+        # runs/<target>/<scale>/<setting>/<variant>/seed<k>: labelled as a metadata record would be
+        label = "/".join(p.name for p in (path.parent.parent, path.parent, path))
+        return [(label, steps_from_rows(rows))]
     out = []
     for line in path.read_text().splitlines():
         rec = json.loads(line)

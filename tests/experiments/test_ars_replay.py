@@ -89,11 +89,12 @@ def test_metadata_and_run_directories_are_read(tmp_path):
     ((label, steps),) = R.load_series(meta, "fastrl")
     assert label == "geometry3k-vl_3b/fastrl/seed1" and [s.f1 for s in steps] == [2.0, 2.0]
     assert steps[0].count_max is None
-    run = tmp_path / "run"
-    run.mkdir()
+    run = tmp_path / "runs" / "table1" / "mini" / "geometry3k-vl_3b" / "fastrl" / "seed1"
+    run.mkdir(parents=True)
     logged = [{**r, K.PRUNE_COUNT_MAX: 3.0, K.STEP_TIME: 1.0} for r in rows] + [{K.PHASE: K.PHASE_VAL_FINAL}]
     (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in logged))
-    ((_, steps),) = R.load_series(run)
+    ((run_label, steps),) = R.load_series(run)
+    assert run_label == label and R.setting_of(run_label) == "geometry3k-vl_3b"
     assert [s.count_max for s in steps] == [3, 3]
 
 
