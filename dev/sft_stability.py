@@ -75,10 +75,31 @@ def measure(path: Path, task: str, variants: tuple[str, ...], *, num_val: int, k
     return out
 
 
+def report(paths: list[Path]) -> str:
+    """A markdown table of the copies in ``--json`` files (one slot each): accuracy per copy in
+    points, each copy's deviation from the base build, and the build's CPU seconds."""
+    lines = []
+    for path in paths:
+        data = json.loads(path.read_text())
+        rows = data["rows"]
+        base = next(r for r in rows if r["copy"] == "base")
+        keys = [k for k in base if "/" in k]
+        lines += [f"{data['args']['slot']} ({path.name})", "",
+                  "| copy | " + " | ".join(keys) + " | kept step | build CPU s |",
+                  "|---" * (len(keys) + 3) + "|"]
+        for r in rows:
+            cells = [f"{100 * r[k]:.1f}" + ("" if r is base else f" ({100 * (r[k] - base[k]):+.1f})") for k in keys]
+            lines.append(f"| {r['copy']} | " + " | ".join(cells) + f" | {r['selection'].get('kept_step')} | {r['cpu_s']:.0f} |")
+        worst = {k: max(abs(r[k] - base[k]) for r in rows) for k in keys}
+        lines += ["", "largest deviation from base (points): " + ", ".join(f"{k} {100 * v:.1f}" for k, v in worst.items()), ""]
+    return "\n".join(lines)
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--slot", choices=sorted(SLOTS), required=True)
-    p.add_argument("--out", type=Path, required=True, help="cache root (each copy builds under its own folder)")
+    p.add_argument("--report", type=Path, nargs="+", help="print the table of earlier --json files and exit")
+    p.add_argument("--slot", choices=sorted(SLOTS))
+    p.add_argument("--out", type=Path, help="cache root (each copy builds under its own folder)")
     p.add_argument("--copies", nargs="*", default=[c.name for c in COPIES])
     p.add_argument("--steps", type=int, default=2000)
     p.add_argument("--lr", type=float, default=3e-3)
@@ -92,6 +113,11 @@ def main() -> None:
     p.add_argument("--max-new-tokens", type=int, default=40)
     p.add_argument("--json", type=Path)
     args = p.parse_args()
+    if args.report:
+        print(report(args.report))
+        return
+    if args.slot is None or args.out is None:
+        p.error("--slot and --out are needed to build (or --report FILES)")
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
     slot = SLOTS[args.slot]
     selection = SelectionSettings(every=args.select_every, num_prompts=args.select_prompts, patience=args.patience,
