@@ -74,28 +74,34 @@ def check_reuse(out: Path, wanted: dict[str, Any]) -> bool:
     return True
 
 
-def measure(questions: int, n: int, max_new_tokens: int, sketch_dim: int, seed: int, level: int,
-            out: Path) -> dict[str, Any]:
+def load_kit(questions_file: Path, seed: int) -> Any:
+    """SmolLM2 as the paper config's policy kit on the HF engine (the gradients need the very
+    module that samples), float32 on the CPU, with the paper's template and reward."""
     from dataclasses import replace
 
     import torch
 
-    from experiments.correlation.gradcorr import CorrelationSettings, run_correlation
     from fastrl.config import load_config
-    from fastrl.data.loaders import write_records
     from fastrl.policy import PolicySpec, load_policy_kit
     from fastrl.training.setup import resolve_policy_path
+
+    cfg = load_config("methods/fastrl.yaml", [
+        "data.task=files", f"data.train_files=[{questions_file}]", "data.template=fastrl_math",
+        "data.reward=math", "model.source=gguf", f"model.path={SMOLLM2}", "model.dtype=float32",
+        "model.device=cpu", "model.gradient_checkpointing=false", f"trainer.seed={seed}"], scale="paper")
+    spec = replace(PolicySpec.from_config(cfg, resolve_policy_path(cfg), seed=seed), engine="hf")
+    return load_policy_kit(spec, torch.device("cpu"))
+
+
+def measure(questions: int, n: int, max_new_tokens: int, sketch_dim: int, seed: int, level: int,
+            out: Path) -> dict[str, Any]:
+    from experiments.correlation.gradcorr import CorrelationSettings, run_correlation
+    from fastrl.data.loaders import write_records
 
     records = math500_level(questions, seed, level)
     out.mkdir(parents=True, exist_ok=True)
     write_records(records, out / "questions.parquet")
-    cfg = load_config("methods/fastrl.yaml", [
-        "data.task=files", f"data.train_files=[{out / 'questions.parquet'}]", "data.template=fastrl_math",
-        "data.reward=math", "model.source=gguf", f"model.path={SMOLLM2}", "model.dtype=float32",
-        "model.device=cpu", "model.gradient_checkpointing=false", f"trainer.seed={seed}"], scale="paper")
-    path = resolve_policy_path(cfg)
-    spec = replace(PolicySpec.from_config(cfg, path, seed=seed), engine="hf")
-    kit = load_policy_kit(spec, torch.device("cpu"))
+    kit = load_kit(out / "questions.parquet", seed)
     settings = CorrelationSettings(questions=len(records), n=n, max_new_tokens=max_new_tokens, exact_max_params=0,
                                    sketch_dim=sketch_dim, temperature=1.0, seed=seed)
     return run_correlation(kit.model, kit.engine, kit.encode, lambda t, r: kit.score(t, r)[0], records, settings,

@@ -90,3 +90,19 @@ def test_an_unfinished_run_is_reported_as_unfinished(tmp_path) -> None:
     assert r["similarity"]["responses"] == 6
     md = to_markdown(r, "cmd", 1)
     assert "UNFINISHED" in md and "pairs of 1 of 2 problems" in md
+
+
+def test_sketch_check_cosines_match_the_float64_ones() -> None:
+    import torch
+
+    from experiments.correlation.sketch_check import cosines
+
+    torch.manual_seed(0)
+    vecs = [torch.randn(1000) for _ in range(3)]
+    want = [float((vecs[i].double() @ vecs[j].double()) / (vecs[i].double().norm() * vecs[j].double().norm()))
+            for i, j in ((0, 1), (0, 2), (1, 2))]
+    got = cosines(vecs)
+    assert all(math.isclose(g, w, abs_tol=1e-12) for g, w in zip(got, want))
+    from experiments.correlation.sketch_check import dot64
+
+    assert math.isclose(dot64(vecs[0], vecs[1], chunk=7), float(vecs[0].double() @ vecs[1].double()), abs_tol=1e-9)
