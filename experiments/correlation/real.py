@@ -31,7 +31,7 @@ import random
 import sys
 import time
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
@@ -193,9 +193,29 @@ def partial_summary(out: Path, wanted: dict[str, Any], pairs: Sequence[Any]) -> 
             "gen_seconds": nan, "gen_cpu_seconds": nan, "torch_threads": 0}
 
 
-def report(out: Path, *, reps: int, seed: int, partial: dict[str, Any] | None = None) -> dict[str, Any]:
+def smollm2_decode() -> Callable[[list[int]], str]:
+    from transformers import AutoTokenizer
+
+    from fastrl.models.gguf import gguf_policy_dir
+
+    return AutoTokenizer.from_pretrained(str(gguf_policy_dir(SMOLLM2))).decode
+
+
+def response_stats(responses: Sequence[dict[str, Any]], max_new_tokens: int,
+                   decode: Callable[[list[int]], str]) -> dict[str, int]:
+    """Why the rewards are what they are: responses cut at the length limit, and those holding the
+    reward's markers (``<thinking>`` for the format term, ``\\boxed`` for the answer), decoded by
+    the model's own tokenizer."""
+    texts = [decode(r["response_ids"]) for r in responses]
+    return {"responses": len(texts), "at_length_limit": sum(len(r["response_ids"]) >= max_new_tokens for r in responses),
+            "with_thinking_tag": sum("<thinking>" in t for t in texts), "with_boxed": sum("\\boxed" in t for t in texts)}
+
+
+def report(out: Path, *, reps: int, seed: int, partial: dict[str, Any] | None = None,
+           decode: Callable[[list[int]], str] | None = None) -> dict[str, Any]:
     """Bootstrap intervals and the similarity regime from ``out``'s pairs and responses
-    (``partial``: the asked settings of an unfinished run, reported as such)."""
+    (``partial``: the asked settings of an unfinished run, reported as such; ``decode``: token ids
+    to text, SmolLM2's tokenizer by default)."""
     from experiments.correlation.gradcorr import read_pairs
 
     pairs = read_pairs(out / "pairs.csv")
@@ -214,6 +234,8 @@ def report(out: Path, *, reps: int, seed: int, partial: dict[str, Any] | None = 
     result["pair_jaccard_quantiles"] = quantiles([p.jaccard_sim for p in pairs])  # all pairs within a problem
     result["reward_counts"] = {str(v): sum(r["reward"] == v for r in responses)
                                for v in sorted({r["reward"] for r in responses})}
+    result["response_stats"] = response_stats(responses, summary["settings"]["max_new_tokens"],
+                                              decode or smollm2_decode())
     result["similarity"] = similarity_regime(responses, d=summary["settings"]["n"])
     return result
 
@@ -235,6 +257,7 @@ def to_markdown(r: dict[str, Any], command: str, level: int) -> str:
     s = r["settings"]
     sim = r["similarity"]
     params = f"{r['num_parameters']:,}" if r["num_parameters"] else "the model's"
+    rs = r["response_stats"]
     unfinished = [] if r["finished"] else [
         f"**UNFINISHED: the run stopped during the gradients; pairs of {r['num_questions']} of "
         f"{s['questions']} problems (every response's similarity regime).**", ""]
@@ -242,7 +265,9 @@ def to_markdown(r: dict[str, Any], command: str, level: int) -> str:
              f"Sample: {r['num_questions']} problems x n = {s['n']} responses ({r['num_trajectories']} trajectories), "
              f"the paper's template (fastrl_math) and reward (accuracy + 0.5 format), T = {s['temperature']}, "
              f"max {s['max_new_tokens']} new tokens, seed {s['seed']}; mean reward {r['mean_reward']:.3f} "
-             f"(responses per reward: {r['reward_counts']}), {r['mixed_questions']} problems with mixed rewards. "
+             f"(responses per reward: {r['reward_counts']}), {r['mixed_questions']} problems with mixed rewards; "
+             f"{rs['at_length_limit']} of {rs['responses']} responses stopped at the length limit, "
+             f"{rs['with_thinking_tag']} hold `<thinking>`, {rs['with_boxed']} a `\\boxed`. "
              f"Gradients of each response's sequence log-prob (for same-advantage pairs the cosine of their "
              f"policy-loss terms) over all {params} parameters, count-sketched to "
              f"{r['gradient_dim']:,} buckets (fixed hashes, seed {s['seed']}). 95 % intervals: percentile "

@@ -85,8 +85,9 @@ def test_an_unfinished_run_is_reported_as_unfinished(tmp_path) -> None:
     (tmp_path / "responses.jsonl").write_text("".join(json.dumps(r) + "\n" for r in responses))
     write_pairs([_pair("a", x / 10, x / 5) for x in range(4)], tmp_path / "pairs.csv")  # only "a" finished
     wanted = {"n": 3, "max_new_tokens": 8, "sketch_dim": 64, "seed": 0, "temperature": 1.0}
-    r = report(tmp_path, reps=20, seed=0, partial=wanted)
+    r = report(tmp_path, reps=20, seed=0, partial=wanted, decode=lambda ids: "<thinking>" if 9 in ids else "x")
     assert not r["finished"] and r["num_questions"] == 1 and r["settings"]["questions"] == 2
+    assert r["response_stats"] == {"responses": 6, "at_length_limit": 0, "with_thinking_tag": 2, "with_boxed": 0}
     assert r["similarity"]["responses"] == 6
     md = to_markdown(r, "cmd", 1)
     assert "UNFINISHED" in md and "pairs of 1 of 2 problems" in md
