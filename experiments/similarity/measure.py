@@ -96,6 +96,25 @@ def to_markdown(results: dict[str, dict[str, Any]], scale: str, batches: int) ->
     return "\n".join(lines) + "\n"
 
 
+REAL_FILE = "similarity_real.json"  # experiments.correlation.real's row (a real pretrained model)
+
+
+def render(out: Path) -> str:
+    """similarity.md from ``out``'s similarity.json, with the real model's row (REAL_FILE, written
+    by ``python -m experiments.correlation.real``) appended when there is one, so re-measuring
+    either keeps the other."""
+    base = json.loads((out / "similarity.json").read_text())
+    results = dict(base["results"])
+    note = ""
+    if (out / REAL_FILE).is_file():
+        real = json.loads((out / REAL_FILE).read_text())
+        results[real["label"]] = real["result"]
+        note = (f"\nThe {real['label']} row is not a rollout of training: one sample of {real['result']['responses']} "
+                f"responses, all questions as one batch, d = n (`{real['command']}`; "
+                "correlation_real.md states its sample).\n")
+    return to_markdown(results, base["scale"], base["batches"]) + note
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--scale", default="mini")
@@ -115,7 +134,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                   flush=True)
     (out / "similarity.json").write_text(json.dumps({"scale": args.scale, "batches": args.batches,
                                                      "seed": args.seed, "results": results}, indent=2))
-    md = to_markdown(results, args.scale, args.batches)
+    md = render(out)
     (out / "similarity.md").write_text(md)
     print(md)
     return 0

@@ -82,3 +82,64 @@ def test_real_measurement_on_a_tiny_policy(tmp_path):
     pairs = G.read_pairs(out / "pairs.csv")
     assert pairs and all(0.0 <= p.jaccard_sim <= 1.0 for p in pairs)
     assert jaccard_distance_matrix([[1, 2], [2, 3]])[0, 1].item() == pytest.approx(2 / 3)
+
+
+def test_cached_hashes_sketch_exactly_as_regenerated_ones():
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(32, 16), torch.nn.Linear(16, 4))
+    model(torch.randn(3, 32)).sum().backward()
+    fresh = G.GradientFlattener(model, exact_max_params=10, sketch_dim=64, seed=5)
+    cached = G.GradientFlattener(model, exact_max_params=10, sketch_dim=64, seed=5, cache_hashes=True)
+    assert torch.equal(fresh(), cached())
+
+
+def test_per_response_gradients_do_not_accumulate():
+    """.grad is zeroed in place between responses: each row is that response's gradient alone."""
+    from fastrl.mini.builders import TinyModelSpec, build_tiny_model_dir
+    from fastrl.models.forward import collate, response_logprobs
+    from fastrl.rollout.base import PromptInput
+    from transformers import AutoModelForCausalLM
+
+    import tempfile
+    from pathlib import Path
+
+    with tempfile.TemporaryDirectory() as tmp:
+        path = build_tiny_model_dir(TinyModelSpec(kind="qwen2", hidden_size=128, num_layers=1, num_heads=2,
+                                                  num_kv_heads=2, intermediate_size=64), Path(tmp) / "p", seed=0)
+        model = AutoModelForCausalLM.from_pretrained(str(path), dtype=torch.float32)
+    prompt = PromptInput(uid="q", prompt_ids=[5, 6, 7])
+    responses = [[8, 9], [10, 11, 12]]
+    flat = G.GradientFlattener(model, exact_max_params=10**8, sketch_dim=0, seed=0)
+    rows = G.sequence_logprob_grads(model, prompt, responses, 0, flat)
+    for row, resp in zip(rows, responses):
+        model.zero_grad(set_to_none=True)
+        response_logprobs(model, collate([prompt], [resp], 0)).sum().backward()
+        assert torch.allclose(row, flat(), atol=1e-6)
+
+
+def test_a_run_stopped_in_the_gradients_leaves_responses_and_finished_pairs(tmp_path, monkeypatch):
+    """responses.jsonl (all of them) before the first backward, pairs.csv after each question,
+    summary.json only at the end."""
+    from fastrl.mini.builders import TinyModelSpec, build_tiny_model_dir
+
+    from experiments.correlation import target as T
+
+    policy = build_tiny_model_dir(TinyModelSpec(kind="qwen2", hidden_size=128, num_layers=1, num_heads=2,
+                                                num_kv_heads=2, intermediate_size=64), tmp_path / "policy", seed=0)
+    real_grads, calls = G.sequence_logprob_grads, []
+
+    def stop_at_second(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 2:
+            raise KeyboardInterrupt
+        return real_grads(*args, **kwargs)
+
+    monkeypatch.setattr(G, "sequence_logprob_grads", stop_at_second)
+    ctx = Context(scale="smoke", seeds=[1], runs_root=tmp_path / "runs", out_dir=tmp_path / "out", launcher="inprocess")
+    with pytest.raises(KeyboardInterrupt):
+        T.measure(ctx, "math12k", "llama_8b", 1, policy_path=policy)
+    st = T.settings_for("smoke", 1)
+    out = T.out_dir(ctx, "math12k", "llama_8b", 1)
+    assert len((out / "responses.jsonl").read_text().splitlines()) == st.questions * st.n
+    assert len(G.read_pairs(out / "pairs.csv")) == st.n * (st.n - 1) // 2  # the first question's
+    assert not (out / "summary.json").exists()
