@@ -97,17 +97,27 @@ def describe_config(cfg: FastRLConfig) -> list[str]:
         options = getattr(a, section, None)
         if dataclasses.is_dataclass(options):
             parts.append(f"{section}: " + ", ".join(f"{k} {v}" for k, v in dataclasses.asdict(options).items()))
-    model = (f"{m.path} ({m.dtype})" if m.source == "path"
-             else f"tiny {m.kind} ({m.tiny.hidden_size} wide, {m.tiny.num_layers} layers; SFT warm start "
-                  f"{m.tiny.sft_steps} steps)")
     return [
         f"method {cfg.method}: " + "; ".join(parts),
-        f"model {model}; rollout engine {r.engine}, device {m.device}",
+        f"model {describe_model(cfg)}; rollout engine {r.engine}, device {m.device}",
         f"scale {cfg.scale}: {t.total_steps} steps x {t.prompts_per_step} prompts x n {r.n}, lr {t.optim.lr}, "
-        f"seed {t.seed}; data {d.task if d.task != 'files' else ', '.join(d.train_files)} "
-        f"({d.num_train} train, {d.num_val} val)",
+        f"seed {t.seed}; data {', '.join(d.train_files) or d.task} ({d.num_train} train, {d.num_val} val)",
         f"run_dir {t.run_dir} (loggers: {', '.join(t.loggers)}; every key: fastrl train ... --print-config)",
     ]
+
+
+def describe_model(cfg: FastRLConfig) -> str:
+    """``Qwen/Qwen2.5-VL-3B-Instruct (bfloat16)``, or for a source without a path ``tiny qwen2
+    (float32; model.tiny: hidden_size 128, ...)``: the source's own section, whichever it is."""
+    from fastrl.sources import MODEL_SOURCES
+
+    m = cfg.model
+    text = f"{m.path} ({m.dtype}" if m.path else f"{m.source} {m.kind} ({m.dtype}"
+    section = MODEL_SOURCES.entry(m.source).section
+    options = getattr(m, section) if section else None
+    if dataclasses.is_dataclass(options):
+        text += f"; model.{section}: " + ", ".join(f"{k} {v}" for k, v in dataclasses.asdict(options).items())
+    return text + ")"
 
 
 def closing_line(summary: Mapping[str, Any], wall_s: float) -> str:
@@ -136,16 +146,18 @@ def sweep_points(spec: Mapping[str, Sequence[Any]]) -> list[list[str]]:
     return [[f"{k}={v}" for k, v in zip(keys, combo)] for combo in itertools.product(*(spec[k] for k in keys))]
 
 
-def sweep(sweep_file: str | Path, overrides: Sequence[str] = (), scale: str | None = None) -> list[dict[str, Any]]:
+def sweep(sweep_file: str | Path, overrides: Sequence[str] = (), scale: str | None = None, *,
+          imports: Sequence[str] = ()) -> list[dict[str, Any]]:
     """Train every point of a sweep file ``{base: CONFIG, sweep: {dotted.key: [values]}}``, each in
-    ``<base run_dir>/sweep/<point>``; returns ``[{"point": [...], **train summary}, ...]``."""
+    ``<base run_dir>/sweep/<point>``; returns ``[{"point": [...], **train summary}, ...]``.
+    ``imports``: plug-in modules imported before each config is read (``fastrl sweep --import``)."""
     from fastrl.config import read_yaml, resolve_config_path
 
     path = resolve_config_path(sweep_file)
     spec = read_yaml(path) or {}  # a duplicate key or a syntax error: one line with file:line:column
     if set(spec) - {"base", "sweep"} or "base" not in spec or "sweep" not in spec:
         raise ConfigError(f"{path}: a sweep file has exactly the keys 'base' (a config) and 'sweep' (key: [values])")
-    base = load_config(spec["base"], list(overrides), scale=scale)
+    base = load_config(spec["base"], list(overrides), scale=scale, imports=imports)
     points = sweep_points(spec["sweep"])
     log.info("sweep %s: %d point(s) of %s (%s scale, %d steps each), runs under %s/sweep/", path.name, len(points),
              spec["base"], base.scale, base.trainer.total_steps, base.trainer.run_dir)
@@ -155,7 +167,8 @@ def sweep(sweep_file: str | Path, overrides: Sequence[str] = (), scale: str | No
         tag = ",".join(p.replace("algorithm.", "") for p in point)
         run_dir = f"{base.trainer.run_dir}/sweep/{tag}"
         log.info("sweep point %d/%d: %s", i, len(points), " ".join(point))
-        results.append({"point": point, **train(spec["base"], [*overrides, *point, f"trainer.run_dir={run_dir}"], scale)})
+        results.append({"point": point, **train(spec["base"], [*overrides, *point, f"trainer.run_dir={run_dir}"], scale,
+                                                imports=imports)})
         elapsed = time.perf_counter() - start
         log.info("sweep point %d/%d done: %s (%s so far, about %s left)", i, len(points),
                  sweep_point_line(results[-1]), duration(elapsed), duration(elapsed / i * (len(points) - i)))
@@ -315,6 +328,7 @@ def evaluate(
     prompt_length_policy: str = "filter",
     templates: Mapping[str, str] | None = None,
     rewards: Mapping[str, str] | None = None,
+    imports: Sequence[str] = (),
 ) -> dict[str, Any]:
     """Evaluate a run directory (its ``final`` policy), a model directory or a hub id.
 
@@ -329,7 +343,12 @@ def evaluate(
     ``rewards``: {benchmark name: template / reward} for benchmarks that do not use ``template`` /
     ``reward``; every benchmark is evaluated with the model loaded once. Returns
     ``fastrl.evaluation.evaluate.evaluate``'s JSON-ready dict (``split_by_benchmark`` splits it).
+    ``imports``: modules imported first (a plug-in engine: ``fastrl eval --import``).
     """
+    from fastrl.config import import_component_module
+
+    for module in imports:
+        import_component_module(module)
     resolved = resolve_eval_model(model)
     if not isinstance(benchmarks, Mapping):
         for b in benchmarks:  # a misspelt name fails here, not after the imports and the model load
@@ -342,16 +361,20 @@ def evaluate(
     from fastrl.evaluation.evaluate import evaluate as evaluate_engine
     from fastrl.evaluation.evaluate import validation_sampling
     from fastrl.models.device import resolve_device
-    from fastrl.config import HFEngineConfig, VLLMEngineConfig
     from fastrl.policy import PolicySpec, load_policy_kit
+    from fastrl.sections import HFEngineConfig, VLLMEngineConfig, checked
 
     check_engine_installed(engine, key="engine")
+    # vLLM's "auto" dtype runs a float32 checkpoint in bfloat16: it is given the checkpoint's own.
     vllm_dtype = dtype or (checkpoint_dtype(resolved) if engine == "vllm" else None)
+    sections = {  # the built-in engines' sections from eval's flags; a plug-in engine's: its defaults
+        "hf": checked(HFEngineConfig(batch_size=batch_size), "rollout.hf"),
+        "vllm": checked(VLLMEngineConfig(max_model_len=max_model_len, gpu_memory_utilization=gpu_memory_utilization,
+                                         dtype=vllm_dtype, sleep=False), "rollout.vllm"),  # evaluation never sleeps
+    }
     spec = PolicySpec(
-        path=resolved, dtype=dtype or "float32", engine=engine, seed=seed, hf=HFEngineConfig(batch_size=batch_size),
-        vllm=VLLMEngineConfig(
-            max_model_len=max_model_len if max_model_len is not None else max_prompt_length + max_new_tokens,
-            gpu_memory_utilization=gpu_memory_utilization, dtype=vllm_dtype, sleep=False),  # evaluation never sleeps
+        path=resolved, dtype=dtype or "float32", engine=engine, seed=seed, sections=sections,
+        max_sequence_length=max_prompt_length + max_new_tokens,
         min_pixels=min_pixels, max_pixels=max_pixels, reward=reward, template=template,
     )
     prompt_limit = PromptLimit(max_prompt_length, prompt_length_policy, length_key="--max-prompt-length",

@@ -611,13 +611,21 @@ def sleep_mode_available(platform: Any) -> bool:
     return False
 
 
-def build_vllm_engine(spec: Any, context: EngineContext) -> VLLMRolloutEngine:
+def max_model_len_of(config: Any, spec: Any) -> int | None:
+    """``rollout.vllm.max_model_len``, or when unset the longest sequence the caller makes
+    (``spec.max_sequence_length``: the longest prompt kept plus the response budget)."""
+    return config.max_model_len if config.max_model_len is not None else spec.max_sequence_length
+
+
+def build_vllm_engine(config: Any, spec: Any, context: EngineContext) -> VLLMRolloutEngine:
     """The registry's ``vllm`` factory (``fastrl.engines``): a colocated engine loading its own copy
     of ``spec.path`` (``context.model`` is not used: vLLM reads the checkpoint), configured by
-    ``spec.vllm`` (``rollout.vllm``) of the ``fastrl.policy.PolicySpec`` alone."""
-    v = spec.vllm
+    ``config``, its section (``rollout.vllm``: a ``fastrl.sections.VLLMEngineConfig``) alone.
+    ``max_model_len`` unset: ``spec.max_sequence_length``, the longest sequence the caller makes."""
+    v = config
     return VLLMRolloutEngine(
-        str(spec.path), seed=spec.seed, max_model_len=v.max_model_len, gpu_memory_utilization=v.gpu_memory_utilization,
+        str(spec.path), seed=spec.seed, max_model_len=max_model_len_of(v, spec),
+        gpu_memory_utilization=v.gpu_memory_utilization,
         dtype=v.dtype or spec.dtype, enforce_eager=v.enforce_eager, sync_method=v.sync_method,  # type: ignore[arg-type]
         enable_sleep_mode=v.sleep, stop_token_ids=context.stop_token_ids,
         **dict(spec.engine_options),

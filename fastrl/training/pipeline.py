@@ -99,7 +99,7 @@ class Trainer:
             self.train_records, self.val_records, self.ood_records = limit_prompts(
                 splits, within_limit=self._within_prompt_limit)
             check_enough_prompts(cfg, len(self.train_records), after=" within data.max_prompt_length")
-            self.ood_formats = ood_formats(cfg, self.ood_records)
+            self.ood_formats = ood_formats(cfg, self.ood_records, own=splits.own_ood_formats)
             if dist.is_main():  # the run's identity, written once (model and data were built)
                 write_identity(self.run_dir, cfg)
             dist.barrier()
@@ -600,13 +600,13 @@ def validation_metrics(samples: Sequence[tuple[int, float, float]], k: int) -> d
             K.VAL_ACCURACY_SE: avg_at_k_standard_error(list(by_problem.values()))}
 
 
-def ood_formats(cfg: FastRLConfig, ood: dict[str, list[Record]]) -> dict[str, tuple[str, str]]:
-    """(template, reward) per OOD benchmark: a file's own (fastrl.evaluation.benchmarks); a
-    generated task's variants share the training pair."""
+def ood_formats(cfg: FastRLConfig, ood: dict[str, list[Record]], *, own: bool) -> dict[str, tuple[str, str]]:
+    """(template, reward) per OOD benchmark: with ``own`` (the task says so: files) each its own
+    benchmark's (fastrl.evaluation.benchmarks); else the training pair (a generated task's variants)."""
     from fastrl.evaluation.benchmarks import benchmark_format
 
     training = (cfg.data.template, cfg.data.reward)
-    if cfg.data.task != "files":
+    if not own:
         return {name: training for name in ood}
     formats = {name: benchmark_format(name, records, training) for name, records in ood.items()}
     if dist.is_main():
