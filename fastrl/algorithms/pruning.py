@@ -438,8 +438,15 @@ def prune_result(batch: PruneBatch, keep: Sequence[bool], align_to: int = 1) -> 
 # section holds its typed section (checked again here, for a pruner built by hand).
 
 
+class PrunerWithoutMetrics:
+    """The built-in pruners log through :class:`PruneResult` alone: nothing of their own."""
+
+    def metrics(self) -> dict[str, float]:
+        return {}
+
+
 @dataclass(frozen=True)
-class KeepAllPruner:
+class KeepAllPruner(PrunerWithoutMetrics):
     """Keeps every response."""
 
     prune_first: ClassVar[bool] = True
@@ -450,7 +457,7 @@ class KeepAllPruner:
 
 
 @dataclass(frozen=True)
-class MDAPPruner:
+class MDAPPruner(PrunerWithoutMetrics):
     """MDAP (:func:`mdap_prune`), released rule or greedy variant, from ``algorithm.mdap``."""
 
     config: MDAPConfig = field(default_factory=MDAPConfig)
@@ -466,7 +473,7 @@ class MDAPPruner:
 
 
 @dataclass(frozen=True)
-class CPPOPruner:
+class CPPOPruner(PrunerWithoutMetrics):
     """CPPO top-k by |A| (:func:`cppo_prune`), from ``algorithm.cppo``. As released
     (``prune_first=False``) the old/ref log-probs are computed on the full batch and pruning comes after."""
 
@@ -486,7 +493,7 @@ class CPPOPruner:
 
 
 @dataclass(frozen=True)
-class RandomPruner:
+class RandomPruner(PrunerWithoutMetrics):
     """Random pruning (:func:`random_prune`), from ``algorithm.random``; draws from ``generator``."""
 
     config: RandomPruneConfig = field(default_factory=RandomPruneConfig)
@@ -502,7 +509,7 @@ class RandomPruner:
 
 
 @dataclass(frozen=True)
-class AdvantageOnlyPruner:
+class AdvantageOnlyPruner(PrunerWithoutMetrics):
     """The seed of every advantage bucket (:func:`advantage_only_prune`)."""
 
     prune_first: ClassVar[bool] = True

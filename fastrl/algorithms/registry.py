@@ -71,7 +71,8 @@ class PromptSelector(Protocol):
 
 
 class GroupFilter(Protocol):
-    """One step's group accumulator (DAPO): the trainer rolls out again until it is ``full``."""
+    """One step's group accumulator (DAPO): the trainer rolls out again until it is ``full``. A
+    fresh one is built each step, so it holds no state to checkpoint."""
 
     @property
     def full(self) -> bool: ...
@@ -85,7 +86,9 @@ class GroupFilter(Protocol):
 
 
 class Pruner(Protocol):
-    """Keeps a subset of the step's responses once advantages are known."""
+    """Keeps a subset of the step's responses once advantages are known. A pruner that carries
+    something from step to step also has ``state_dict()`` / ``load_state_dict(state)`` (as
+    :class:`RolloutScaler`), which the trainer's checkpoint saves and a resume restores."""
 
     @property
     def prune_first(self) -> bool:
@@ -96,6 +99,11 @@ class Pruner(Protocol):
     def __call__(self, batch: PruneBatch, *, align_to: int, generator: torch.Generator | None) -> PruneResult:
         """``batch``: the step's responses (advantages, uids, question ids, response token ids,
         rewards, and every further per-response column the trainer's batch holds)."""
+        ...
+
+    def metrics(self) -> dict[str, float]:
+        """What this pruner logs about its last call, under its own keys (``keep_top/threshold``),
+        beside the kept counts every pruner's :class:`PruneResult` gives; ``{}`` for nothing."""
         ...
 
 

@@ -350,7 +350,7 @@ class Trainer:
         with timer.stage("prune"):
             result = self.prune(batch)
             kept = batch.select(result.kept.tolist())
-        prune_metrics = result.metrics(len(batch))
+        prune_metrics = {**result.metrics(len(batch)), **self.components.pruner.metrics()}
         g = torch.Generator().manual_seed(cfg.trainer.seed * 15_485_863 + self.state.step)
         plan = rank_plan(plan_minibatches(
             len(kept), mode=cfg.trainer.update_mode, updates_per_step=cfg.trainer.updates_per_step,
@@ -464,15 +464,13 @@ class Trainer:
     def state_dict(self) -> dict[str, Any]:
         return {
             "train_state": vars(self.state).copy(),
-            "rollout_scaler": self.components.rollout_scaler.state_dict(),
-            "prompt_selector": self.components.prompt_selector.state_dict(),
+            **self.components.state_dict(),
             "config": to_dict(self.cfg),
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.state = TrainState(**state["train_state"])
-        self.components.rollout_scaler.load_state_dict(state["rollout_scaler"])
-        self.components.prompt_selector.load_state_dict(state["prompt_selector"])
+        self.components.load_state_dict(state)
 
     def save(self) -> None:
         from fastrl.training.checkpoint import save_checkpoint
