@@ -306,29 +306,13 @@ def checkpoint_dtype(model: str | Path) -> str:
 
 
 def evaluate(
-    model: str | Path,
-    benchmarks: Sequence[str] | Mapping[str, Sequence[Record]],
-    *,
-    engine: str = "hf",
-    device: str | torch.device = "auto",
-    dtype: str | None = None,
-    sampling: str = "greedy",
-    k: int = 1,
-    reward: str = "math",
-    template: str = "fastrl_math",
-    max_new_tokens: int = 512,
-    batch_size: int = 32,
-    max_model_len: int | None = None,
-    gpu_memory_utilization: float = 0.8,
-    min_pixels: int = 262144,
-    max_pixels: int = 4194304,
-    seed: int = 0,
-    limit: int = 0,
-    max_prompt_length: int = 2048,
-    prompt_length_policy: str = "filter",
-    templates: Mapping[str, str] | None = None,
-    rewards: Mapping[str, str] | None = None,
-    imports: Sequence[str] = (),
+    model: str | Path, benchmarks: Sequence[str] | Mapping[str, Sequence[Record]], *,
+    engine: str = "hf", device: str | torch.device = "auto", dtype: str | None = None, sampling: str = "greedy",
+    k: int = 1, reward: str = "math", template: str = "fastrl_math", max_new_tokens: int = 512, batch_size: int = 32,
+    max_model_len: int | None = None, gpu_memory_utilization: float = 0.8, min_pixels: int = 262144,
+    max_pixels: int = 4194304, seed: int = 0, limit: int = 0, max_prompt_length: int = 2048,
+    prompt_length_policy: str = "filter", templates: Mapping[str, str] | None = None,
+    rewards: Mapping[str, str] | None = None, imports: Sequence[str] = (),
 ) -> dict[str, Any]:
     """Evaluate a run directory (its ``final`` policy), a model directory or a hub id.
 
@@ -345,38 +329,22 @@ def evaluate(
     ``fastrl.evaluation.evaluate.evaluate``'s JSON-ready dict (``split_by_benchmark`` splits it).
     ``imports``: modules imported first (a plug-in engine: ``fastrl eval --import``).
     """
-    from fastrl.config import import_component_module
-
-    for module in imports:
-        import_component_module(module)
-    resolved = resolve_eval_model(model)
-    if not isinstance(benchmarks, Mapping):
-        for b in benchmarks:  # a misspelt name fails here, not after the imports and the model load
-            check_benchmark_spec(b)
-    names = list(benchmarks) if isinstance(benchmarks, Mapping) else [benchmark_name(b) for b in benchmarks]
-    check_templates_and_rewards(benchmark_choice(names, template, templates or {}, what="template"),
-                                benchmark_choice(names, reward, rewards or {}, what="reward"))
-    from fastrl.config import check_engine_installed
+    from fastrl.config import check_engine_installed, import_component_module
     from fastrl.data.prompt_limit import PromptLimit
     from fastrl.evaluation.evaluate import evaluate as evaluate_engine
     from fastrl.evaluation.evaluate import validation_sampling
     from fastrl.models.device import resolve_device
-    from fastrl.policy import PolicySpec, load_policy_kit
-    from fastrl.sections import HFEngineConfig, VLLMEngineConfig, checked
+    from fastrl.policy import load_policy_kit
 
+    for module in imports:
+        import_component_module(module)
+    resolved = resolve_eval_model(model)
+    check_eval_benchmarks(benchmarks, template, reward, templates or {}, rewards or {})
     check_engine_installed(engine, key="engine")
-    # vLLM's "auto" dtype runs a float32 checkpoint in bfloat16: it is given the checkpoint's own.
-    vllm_dtype = dtype or (checkpoint_dtype(resolved) if engine == "vllm" else None)
-    sections = {  # the built-in engines' sections from eval's flags; a plug-in engine's: its defaults
-        "hf": checked(HFEngineConfig(batch_size=batch_size), "rollout.hf"),
-        "vllm": checked(VLLMEngineConfig(max_model_len=max_model_len, gpu_memory_utilization=gpu_memory_utilization,
-                                         dtype=vllm_dtype, sleep=False), "rollout.vllm"),  # evaluation never sleeps
-    }
-    spec = PolicySpec(
-        path=resolved, dtype=dtype or "float32", engine=engine, seed=seed, sections=sections,
-        max_sequence_length=max_prompt_length + max_new_tokens,
-        min_pixels=min_pixels, max_pixels=max_pixels, reward=reward, template=template,
-    )
+    spec = eval_policy_spec(resolved, engine=engine, dtype=dtype, batch_size=batch_size, max_model_len=max_model_len,
+                            gpu_memory_utilization=gpu_memory_utilization, seed=seed,
+                            max_sequence_length=max_prompt_length + max_new_tokens, min_pixels=min_pixels,
+                            max_pixels=max_pixels, reward=reward, template=template)
     prompt_limit = PromptLimit(max_prompt_length, prompt_length_policy, length_key="--max-prompt-length",
                                policy_key="--prompt-length-policy")
     named = dict(parse_benchmark(b) for b in benchmarks) if not isinstance(benchmarks, Mapping) else benchmarks
@@ -393,6 +361,35 @@ def evaluate(
                                k=k, reward_fn_name=reward_of, prompt_limit=prompt_limit)
     finally:
         kit.close()
+
+
+def check_eval_benchmarks(benchmarks: Sequence[str] | Mapping[str, Sequence[Record]], template: str, reward: str,
+                          templates: Mapping[str, str], rewards: Mapping[str, str]) -> None:
+    """Benchmark, template and reward names checked before anything is loaded: a misspelt name
+    fails here, not after the imports and the model load."""
+    if not isinstance(benchmarks, Mapping):
+        for b in benchmarks:
+            check_benchmark_spec(b)
+    names = list(benchmarks) if isinstance(benchmarks, Mapping) else [benchmark_name(b) for b in benchmarks]
+    check_templates_and_rewards(benchmark_choice(names, template, templates, what="template"),
+                                benchmark_choice(names, reward, rewards, what="reward"))
+
+
+def eval_policy_spec(resolved: str | Path, *, engine: str, dtype: str | None, batch_size: int,
+                     max_model_len: int | None, gpu_memory_utilization: float, **spec: Any) -> Any:
+    """``fastrl eval``'s policy spec: the built-in engines' sections from its flags (checked as a
+    run config's are), a plug-in engine's from its defaults; ``spec`` the rest of the spec's fields."""
+    from fastrl.policy import PolicySpec
+    from fastrl.sections import HFEngineConfig, VLLMEngineConfig, checked
+
+    # vLLM's "auto" dtype runs a float32 checkpoint in bfloat16: it is given the checkpoint's own.
+    vllm_dtype = dtype or (checkpoint_dtype(resolved) if engine == "vllm" else None)
+    sections = {
+        "hf": checked(HFEngineConfig(batch_size=batch_size), "rollout.hf"),
+        "vllm": checked(VLLMEngineConfig(max_model_len=max_model_len, gpu_memory_utilization=gpu_memory_utilization,
+                                         dtype=vllm_dtype, sleep=False), "rollout.vllm"),  # evaluation never sleeps
+    }
+    return PolicySpec(path=resolved, dtype=dtype or "float32", engine=engine, sections=sections, **spec)
 
 
 def benchmark_choice(named: Iterable[str], default: str, given: Mapping[str, str], *, what: str) -> dict[str, str]:

@@ -220,33 +220,7 @@ def _add_import_flag(parser: argparse.ArgumentParser, what: str) -> None:
                         help=f"import MODULE (on PYTHONPATH) {what}")
 
 
-def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="fastrl", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    _add_common_flags(p, sub=False)
-    sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
-
-    t = _add_train_parser(sub)
-
-    s = sub.add_parser("sweep", help="run a sweep file: {base: CONFIG, sweep: {key: [values]}}")
-    s.add_argument("sweep")
-    s.add_argument("overrides", nargs="*")
-    s.add_argument("--scale", default=None)
-    s.add_argument("--json", action="store_true", help="end with every point's summary as a JSON list")
-    _add_import_flag(s, "before the sweep's base config is read (as train's --import); repeatable")
-    s.set_defaults(func=cmd_sweep)
-
-    f = sub.add_parser("sft", help="build (or reuse) the SFT warm start of the tiny model; print its path")
-    f.add_argument("config", nargs="?", default="methods/grpo.yaml")
-    f.add_argument("overrides", nargs="*")
-    f.add_argument("--scale", default=None)
-    f.set_defaults(func=cmd_sft)
-
-    d = sub.add_parser("demo", help="GRPO vs FastRL on mini-math, same seed and steps, side by side")
-    d.add_argument("--out", default="runs/demo")
-    d.add_argument("--scale", default="mini")
-    d.add_argument("overrides", nargs="*")
-    d.set_defaults(func=cmd_demo)
-
+def _add_eval_parser(sub: Any) -> argparse.ArgumentParser:
     e = sub.add_parser("eval", help="evaluate a trained run, a model dir or an HF model id on benchmarks",
                        formatter_class=argparse.RawDescriptionHelpFormatter)
     e.epilog_fn = eval_names_help
@@ -295,6 +269,37 @@ def build_parser() -> argparse.ArgumentParser:
                    help="an eval.json already where this one goes moves aside to <folder>.replaced-<UTC time>/ "
                         "(without it, the evaluation stops before loading anything)")
     e.set_defaults(func=cmd_eval)
+    return e
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="fastrl", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    _add_common_flags(p, sub=False)
+    sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
+
+    t = _add_train_parser(sub)
+
+    s = sub.add_parser("sweep", help="run a sweep file: {base: CONFIG, sweep: {key: [values]}}")
+    s.add_argument("sweep")
+    s.add_argument("overrides", nargs="*")
+    s.add_argument("--scale", default=None)
+    s.add_argument("--json", action="store_true", help="end with every point's summary as a JSON list")
+    _add_import_flag(s, "before the sweep's base config is read (as train's --import); repeatable")
+    s.set_defaults(func=cmd_sweep)
+
+    f = sub.add_parser("sft", help="build (or reuse) the SFT warm start of the tiny model; print its path")
+    f.add_argument("config", nargs="?", default="methods/grpo.yaml")
+    f.add_argument("overrides", nargs="*")
+    f.add_argument("--scale", default=None)
+    f.set_defaults(func=cmd_sft)
+
+    d = sub.add_parser("demo", help="GRPO vs FastRL on mini-math, same seed and steps, side by side")
+    d.add_argument("--out", default="runs/demo")
+    d.add_argument("--scale", default="mini")
+    d.add_argument("overrides", nargs="*")
+    d.set_defaults(func=cmd_demo)
+
+    e = _add_eval_parser(sub)
     for sp in (t, s, f, d, e):  # `fastrl train CFG --debug` works as well as `fastrl --debug train CFG`
         _add_common_flags(sp, sub=True)
     return p

@@ -223,9 +223,7 @@ def register(registry: Registry, name: str, *, section: str | None = None, confi
         if name in registry:
             raise ValueError(f"{registry.kind} {name!r} is already registered ({registry.entry(name).target!r})")
         entry = Entry(obj, section, config, check)
-        if section is not None:
-            if registry.group is None:
-                raise ValueError(f"{registry.kind} {name!r}: this registry's entries have no config sections")
+        if section is not None and registry.group is not None:  # a registry outside the config: bind() alone
             registry.group.check_new(section, config)
         registry[name] = entry
         return obj
