@@ -64,6 +64,7 @@ def generated_dir(scale: str, root: Path | None = None) -> Path:
 UNITS: dict[str, str] = {
     "in_domain_acc": "%", "ood_avg": "%", "avg_acc": "%", "acc_before": "%", "aime_avg": "%",
     "train_time_s": "s", "train_cpu_s": "s", "speedup_vs_grpo": "x", "kept_fraction": "", "mean_n": "count",
+    "n_changes": "count",
     "tokens_generated": "tokens", "tokens_trained": "tokens", "avg_acc_gain": "%",
     "avg_acc_delta_vs_fastrl": "%", "step_time_s": "s", "avg_at_16": "%", "pass_at_16": "%",
     "avg_at_16_gain_vs_grpo": "points", "peak_acc": "%", "final_acc": "%",
@@ -190,6 +191,7 @@ def run_metrics(s: RunSummary) -> dict[str, float]:
         **({"train_cpu_s": s.train_cpu_s} if s.train_cpu_s == s.train_cpu_s else {}),
         "kept_fraction": s.kept_fraction,
         "mean_n": s.mean_n,
+        **({"n_changes": s.n_changes} if s.n_changes == s.n_changes else {}),
         "tokens_generated": s.tokens_generated,
         "tokens_trained": s.tokens_trained,
     }

@@ -18,7 +18,7 @@ import subprocess
 from pathlib import Path
 from typing import Any, Sequence
 
-from experiments.logs import RunSummary, is_finished, read_metrics, read_spec, summarize, train_rows
+from experiments.logs import RunSummary, is_finished, n_changes, read_metrics, read_spec, summarize, train_rows
 from experiments.spec import RunSpec, SpecError
 from fastrl import metric_keys as K
 
@@ -30,6 +30,10 @@ STEP_KEYS: tuple[str, ...] = (
     K.timing_key("update_actor"), K.REWARD_MEAN, K.REWARD_ACCURACY, K.ROLLOUT_N, K.ROLLOUT_NUM_PROMPTS,
     K.ROLLOUT_NUM_RESPONSES, K.ROLLOUT_MIXED_GROUPS, K.PRUNE_KEPT, K.PRUNE_KEPT_FRACTION, K.TOKENS_GENERATED,
     K.TOKENS_TRAINED, K.ACTOR_ENTROPY,
+    # the released ARS's inputs (f1 = count_mean, f2 = count_max per step) and its period decisions,
+    # so experiments.ars_replay can replay the rule exactly from the committed metadata (records
+    # written before these keys give f1 from prune/kept only; see ars_replay)
+    K.PRUNE_COUNT_MEAN, K.PRUNE_COUNT_MAX, *(K.ars_key(k) for k in ("f1", "f2", "f3", "g1", "progress", "n_next")),
 )
 
 
@@ -173,9 +177,19 @@ def summary_from_record(record: dict[str, Any]) -> RunSummary:
         timing={k: float(v) for k, v in (s.get("timing_s") or {}).items()},
         train_cpu_s=float(s.get("train_cpu_s", "nan")),
         cpu={k: float(v) for k, v in (s.get("cpu_s") or {}).items()},  # absent in records written before it
+        n_changes=_n_changes_of(record),
         spec={"identity": record.get("identity"), "command": record.get("command"),
               "code_commit": record.get("trained_at_commit")},
     )
+
+
+def _n_changes_of(record: dict[str, Any]) -> float:
+    """``n_changes`` from the record's per-step ``rollout/n`` (every record has it, so the
+    committed metadata gives the count without re-export); NaN where a step lacks it."""
+    ns = [step.get(K.ROLLOUT_N) for step in record.get("steps") or []]
+    if not ns or any(n is None for n in ns):
+        return float("nan")
+    return float(n_changes(ns))
 
 
 class RunRecords:

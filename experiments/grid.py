@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Callable, Sequence
 
 from experiments import collect as C
 from experiments.evals import evaluate_finished
-from experiments.spec import RunSpec, SpecError, build_runs, load_table
+from experiments.spec import LR_KEY, RunSpec, SpecError, build_runs, load_table, spec_lr
 
 if TYPE_CHECKING:
     from experiments.export import RunRecords
@@ -91,8 +91,37 @@ def collect_grid(
     # the CSV has them all
     order += paired_order(measured, order, first=table.get("baseline"))
     order += sorted({r.metric for r in rows if r.source == "paper"} - set(order))
+    preamble = "\n\n".join(p for p in (lr_header(specs), preamble) if p)
     md = C.markdown(table["title"], rows, order, preamble=preamble)
     return C.write_outputs(target, rows, md, ctx.out_dir)
+
+
+def _rate(lr: float) -> str:
+    return f"{lr:g}"
+
+
+def lr_header(specs: Sequence[RunSpec]) -> str:
+    """The learning rate the table's runs train at, for its header: one rate for all, else one per
+    setting, else (a sweep of the rate) one per method. Where it comes from: slots.yaml ``lr``."""
+    if not specs:
+        return ""
+    per_setting: dict[str, dict[str, float]] = {}
+    for s in specs:
+        title = f"{s.labels.get('dataset_title', s.dataset)} · {s.labels.get('model_title', s.model)}"
+        per_setting.setdefault(title, {})[s.variant] = spec_lr(s)
+    head = f"**Learning rate** (`{LR_KEY}`: GRPO's tuned rate per setting, configs/tables/slots.yaml `lr`, else the scale's): "
+    rates = {lr for by_variant in per_setting.values() for lr in by_variant.values()}
+    if len(rates) == 1:
+        return head + f"{_rate(rates.pop())} for every method in every setting."
+    if all(len(set(v.values())) == 1 for v in per_setting.values()):
+        return head + "; ".join(f"{t} {_rate(next(iter(v.values())))}" for t, v in per_setting.items()) + \
+            " (every method of a setting at its rate)."
+    methods = {v: lr for by_variant in per_setting.values() for v, lr in by_variant.items()}
+    head = f"**Learning rate** (`{LR_KEY}`; the methods set their own): "  # a sweep of the rate
+    if all(by_variant == {v: methods[v] for v in by_variant} for by_variant in per_setting.values()):
+        return head + "per method, " + ", ".join(f"{v} {_rate(lr)}" for v, lr in methods.items()) + "."
+    return head + "; ".join(f"{t}: " + ", ".join(f"{v} {_rate(lr)}" for v, lr in by_variant.items())
+                            for t, by_variant in per_setting.items()) + "."
 
 
 def paired_order(rows: Sequence[C.Row], already: Sequence[str] = (), first: str | None = None) -> list[str]:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 import numpy as np
 
@@ -65,6 +65,8 @@ class RunSummary:
     # speedup measure that the neighbours of a shared machine do not move
     train_cpu_s: float = float("nan")
     cpu: dict[str, float] = field(default_factory=dict)  # stage -> total CPU seconds (cpu_s/<stage>)
+    # how often the rollout scaler moved n (``n_changes``); NaN where the steps did not log n
+    n_changes: float = float("nan")
 
     @property
     def avg_acc(self) -> float:
@@ -75,6 +77,13 @@ class RunSummary:
     @property
     def ood_avg(self) -> float | None:
         return float(np.mean(list(self.ood.values()))) if self.ood else None
+
+
+def n_changes(ns: Sequence[float]) -> int:
+    """How often n moved in a run: the steps whose rollouts per prompt (``rollout/n``, the n the
+    step generated with) differ from the step before's. 0 for a run whose ARS never acted, the
+    quantity Fig. 3 and the ARS ablation need to be non-zero to say anything about ARS."""
+    return sum(1 for prev, cur in zip(ns, ns[1:]) if float(cur) != float(prev))
 
 
 def read_spec(run_dir: Path) -> dict[str, Any]:
@@ -125,6 +134,7 @@ def summarize(run_dir: Path) -> RunSummary:
         tokens_trained=total(K.TOKENS_TRAINED),
         kept_fraction=total(K.PRUNE_KEPT) / generated if generated else float("nan"),
         mean_n=float(np.mean([float(r[K.ROLLOUT_N]) for r in steps])) if steps else float("nan"),
+        n_changes=float(n_changes([r[K.ROLLOUT_N] for r in steps])) if steps else float("nan"),
         timing=timing,
         cpu=cpu,
         spec=read_spec(run_dir),

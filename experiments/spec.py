@@ -7,6 +7,7 @@ its overrides are composed in a fixed order so that two tables naming the same s
 build the identical command, and share one run directory (``shared_with``):
 
     slot dataset overrides -> dataset budget (per scale) -> slot model overrides
+    -> the setting's tuned learning rate (slots.yaml ``lr``; ``lr_overrides``)
     -> table extra_overrides (per scale) -> variant overrides -> paper_variant_overrides (paper)
     -> trainer.seed / trainer.run_dir -> the user's extra overrides (OVERRIDES=...)
 
@@ -16,6 +17,7 @@ Run directories: ``<runs_root>/<group>/<scale>/<dataset>-<model>/<variant>/seed<
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import math
@@ -219,9 +221,60 @@ def paper_total_steps(train_files: Sequence[str], epochs: int, prompts_per_step:
     return epochs * (rows // prompts_per_step)
 
 
+LR_KEY = "trainer.optim.lr"
+
+
+@functools.lru_cache(maxsize=None)
+def configured_lr(config: str | None, scale: str, lr_override: str | None = None) -> float:
+    """``trainer.optim.lr`` as fastrl.config resolves it: defaults, the scale, ``config`` (a method
+    file, relative to configs/; None: none) and ``lr_override`` (``trainer.optim.lr=<v>``)."""
+    from fastrl.config import load_config
+
+    return float(load_config(config, [lr_override] if lr_override else [], scale=scale).trainer.optim.lr)
+
+
+def setting_lr(slots: dict[str, Any], scale: str, dataset: str, model: str) -> float | None:
+    """GRPO's tuned rate for a setting at a scale (slots.yaml ``lr.<scale>.<dataset>-<model>``);
+    None where none is committed (the scale's own rate applies)."""
+    value = ((slots.get("lr") or {}).get(scale) or {}).get(f"{dataset}-{model}")
+    if value is None:
+        return None
+    try:
+        rate = float(value)
+    except (TypeError, ValueError):
+        rate = math.nan
+    if not rate > 0 or math.isinf(rate):
+        raise SpecError(f"{SLOTS_FILE}: lr.{scale}.{dataset}-{model} = {value!r} must be a positive number")
+    return rate
+
+
+def lr_overrides(slots: dict[str, Any], scale: str, dataset: str, model: str) -> list[str]:
+    """``[trainer.optim.lr=<tuned>]`` where the setting's tuned rate differs from the scale's own,
+    else ``[]``: a run at the scale's rate keeps the command it had before tuned rates existed, so its
+    finished run directory and committed run metadata stay its own."""
+    rate = setting_lr(slots, scale, dataset, model)
+    if rate is None or rate == configured_lr(None, scale):
+        return []
+    return [f"{LR_KEY}={rate!r}"]
+
+
+def spec_lr(spec: RunSpec) -> float:
+    """The learning rate a run trains at: its last ``trainer.optim.lr`` override, else its config's."""
+    return configured_lr(spec.config, spec.scale, next((o for o in reversed(spec.overrides)
+                                                        if o.split("=", 1)[0] == LR_KEY), None))
+
+
 def _override_value(overrides: Sequence[str], key: str) -> str | None:
     vals = [o.split("=", 1)[1] for o in overrides if o.split("=", 1)[0] == key]
     return vals[-1] if vals else None
+
+
+def _table_seeds(table: dict[str, Any], scale: str, seeds: Sequence[int]) -> list[int]:
+    """The seeds a table runs: none at a scale it is not measured at (``scales``; the lr sweep's
+    rates are mini's), else the first ``max_seeds`` of those asked (a sweep needs fewer seeds)."""
+    if table.get("scales") is not None and scale not in table["scales"]:
+        return []
+    return list(seeds)[: int(table["max_seeds"])] if table.get("max_seeds") is not None else list(seeds)
 
 
 def build_runs(
@@ -243,6 +296,7 @@ def build_runs(
         raise SpecError(f"scale {scale!r}: choose one of {SCALES}")
     slots = load_slots()
     table = load_table(target)
+    seeds = _table_seeds(table, scale, seeds)
     variants = table_variants(target, table)
     if not variants:
         raise SpecError(f"{table_config_path(target)}: no variants")
@@ -251,7 +305,9 @@ def build_runs(
         ds_name, model_name = setting["dataset"], setting["model"]
         ds = slot_entry(slots, "datasets", ds_name, scale)
         md = slot_entry(slots, "models", model_name, scale)
-        base = [*ds.get("overrides", []), *ds.get("budget", []), *md.get("overrides", []),
+        # GRPO's tuned rate, for every method (`tuned_lr: false`: a sweep of the rate itself)
+        tuned = lr_overrides(slots, scale, ds_name, model_name) if table.get("tuned_lr", True) else []
+        base = [*ds.get("overrides", []), *ds.get("budget", []), *md.get("overrides", []), *tuned,
                 *(table.get("extra_overrides", {}) or {}).get(scale, [])]
         ood = tuple(OODBenchmark(**b) for b in ds.get("ood", []) or [])
         for v in variants:

@@ -10,6 +10,7 @@ says what the table shows:
     derived:                             rows computed from the measured rows, in order
       - {kind: difference, name: avg_acc_gain, metric: avg_acc, reference: grpo, methods: [fastrl]}
       - {kind: max_over_models, name: speedup_vs_grpo_max, metric: speedup_vs_grpo, methods: [fastrl]}
+      - {kind: best, name: best_in_domain_acc, metric: in_domain_acc}   (the method with the highest mean)
     stand_in_note: "At scale {scale}, ..."   markdown preamble below paper scale
 
 Training, reuse and output are experiments.grid's; at paper scale every finished run is evaluated
@@ -27,7 +28,7 @@ from experiments.grid import Context, collect_grid, paper_ood_evals, specs_for
 from experiments.runner import task_available
 from experiments.spec import RunSpec, SpecError, load_table, table_config_path
 
-DERIVED_KINDS = ("difference", "max_over_models")
+DERIVED_KINDS = ("difference", "max_over_models", "best")
 
 
 def _difference(rows: list[C.Row], d: dict[str, Any]) -> list[C.Row]:
@@ -49,15 +50,32 @@ def _max_over_models(rows: list[C.Row], d: dict[str, Any]) -> list[C.Row]:
     return out
 
 
+def _best(rows: list[C.Row], d: dict[str, Any]) -> list[C.Row]:
+    """Per (dataset, model), the method with the highest mean ``metric`` (the lr sweep's best rate):
+    its row under the name ``name``, so the table shows it on the winner's line only."""
+    out: list[C.Row] = []
+    found = [r for r in rows if r.source == "measured" and r.metric == d["metric"] and r.model]
+    for ds, md in sorted({(r.dataset, r.model) for r in found}):
+        pool = [r for r in found if (r.dataset, r.model) == (ds, md)]
+        best = max(pool, key=lambda r: float(r.value))
+        out.append(C.Row(**{**best.__dict__, "metric": d["name"],
+                            "note": f"the highest mean {d['metric']} of the setting's {len(pool)} methods"}))
+    return out
+
+
+_DERIVE = {"difference": _difference, "max_over_models": _max_over_models, "best": _best}
+
+
 def derived_rows(rows: list[C.Row], derived: Sequence[dict[str, Any]]) -> list[C.Row]:
     out: list[C.Row] = []
     for d in derived:
-        out += _difference(rows, d) if d["kind"] == "difference" else _max_over_models(rows, d)
+        out += _DERIVE[d["kind"]](rows, d)
     return out
 
 
 def _check_derived(derived: Sequence[dict[str, Any]], where: Path) -> None:
-    required = {"difference": ("name", "metric", "reference"), "max_over_models": ("name", "metric", "methods")}
+    required = {"difference": ("name", "metric", "reference"), "max_over_models": ("name", "metric", "methods"),
+                "best": ("name", "metric")}
     for d in derived:
         if d.get("kind") not in DERIVED_KINDS:
             raise SpecError(f"{where}: derived row {d}: kind must be one of {DERIVED_KINDS}")

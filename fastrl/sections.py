@@ -72,6 +72,22 @@ class TinyModelConfig:
     sft_batch_size: int = 32
     # Fraction of SFT examples whose boxed answer is wrong (reasoning intact): see fastrl/mini/sft.py.
     sft_answer_noise: float = 0.0
+    # Held-out selection (fastrl.mini.sft.SelectionSettings): every sft_select_every steps, greedy
+    # accuracy on sft_select_prompts unseen training-split problems; the best step is kept, and
+    # training stops after sft_patience evaluations without a gain (0: never) past sft_min_steps.
+    # sft_select_every = 0 keeps the last step (the recipe of run dirs made before it existed).
+    sft_select_every: int = 0
+    sft_select_prompts: int = 256
+    sft_patience: int = 0
+    sft_min_steps: int = 0
+
+    def check(self) -> None:
+        for key in ("sft_select_every", "sft_patience", "sft_min_steps"):
+            if getattr(self, key) < 0:
+                raise ValueError(f"{key} = {getattr(self, key)} must be >= 0")
+        if self.sft_select_every > 0 and self.sft_select_prompts < 1:
+            raise ValueError(f"sft_select_prompts = {self.sft_select_prompts} must be >= 1 when "
+                             f"model.tiny.sft_select_every > 0")
 
 
 def checked(section: object, key: str) -> object:

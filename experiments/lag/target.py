@@ -14,7 +14,7 @@ import re
 from pathlib import Path
 
 from experiments import collect as C
-from experiments.grid import Context, paired_order, specs_for
+from experiments.grid import Context, lr_header, paired_order, specs_for
 from experiments.logs import cumulative_wall, read_metrics, series, val_curve
 from experiments.spec import RunSpec, load_table
 from fastrl import metric_keys as K
@@ -67,7 +67,8 @@ def baseline_of(variant: str) -> str | None:
 
 def collect(ctx: Context) -> list[Path]:
     table = load_table(TARGET)
-    cells = C.gather(specs_for(TARGET, ctx, resolve_paper_steps=False))
+    runs = specs_for(TARGET, ctx, resolve_paper_steps=False)
+    cells = C.gather(runs)
     per_cell = {key: {seed: run_metrics(s.run_dir) for seed, s in cell.summaries.items()} for key, cell in cells.items()}
     measured: list[C.Row] = []
     for (ds, md, variant), cell in cells.items():
@@ -102,5 +103,5 @@ def collect(ctx: Context) -> list[Path]:
             row.note = row.note.replace("(grpo)", f"({base_name})").replace("grpo time", f"{base_name} time")
             measured.append(row)
     rows = C.paper_rows(TARGET, table["paper_table"]) + measured
-    md = C.markdown(table["title"], rows, [*METRICS, *paired_order(measured, METRICS)])
+    md = C.markdown(table["title"], rows, [*METRICS, *paired_order(measured, METRICS)], preamble=lr_header(runs))
     return list(C.write_outputs(TARGET, rows, md, ctx.out_dir))

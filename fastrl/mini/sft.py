@@ -20,6 +20,7 @@ question differ in their token sets.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import hashlib
 import json
 import logging
@@ -29,9 +30,9 @@ import random
 import re
 import shutil
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 import torch
@@ -52,7 +53,8 @@ from fastrl.rollout.base import SamplingConfig
 
 log = logging.getLogger(__name__)
 
-SFT_VERSION = 1  # bump when the training recipe below changes the weights it produces
+SFT_VERSION = 1  # bump when the training recipe below changes the weights it produces (selection and
+# perturbation are keyed by their own fields, so the last-step recipe keeps its cache entries)
 
 CACHE_ENV = "FASTRL_CACHE"
 
@@ -79,10 +81,52 @@ class EvalSettings:
     seed: int = 0
 
 
+@dataclass(frozen=True)
+class SelectionSettings:
+    """How the warm start picks its step (part of the cache key when ``every > 0``).
+
+    ``every = 0`` keeps the last step (the recipe before SFT_VERSION 2). Otherwise the policy's
+    greedy accuracy on ``num_prompts`` held-out *training-split* problems (drawn after the SFT's
+    own ``num_train``, so neither SFT nor RL validation problems) is measured every ``every``
+    steps, and the step with the best accuracy is kept (a tie goes to the later step). Training
+    stops early once ``patience`` evaluations in a row bring no gain of more than ``min_gain``
+    after ``min_steps`` steps (``patience = 0``: run every step). Why: one fixed step count lands a
+    chaotic recipe on either side of a late jump in accuracy (docs/results.md, "Warm starts"); the
+    best held-out step of a run that reaches its plateau is a property of the recipe instead.
+    """
+
+    every: int = 0
+    num_prompts: int = 256
+    patience: int = 0
+    min_gain: float = 0.01
+    min_steps: int = 0
+
+    def to_key(self) -> dict[str, Any]:
+        return dataclasses.asdict(self) if self.every > 0 else {}
+
+
+@dataclass(frozen=True)
+class Perturbation:
+    """Stand-ins for another machine's floating point, for measuring a recipe's stability only
+    (``dev/sft_stability.py``, ``tests/mini/test_sft_stability.py``); part of the cache key when set.
+
+    ``init_scale`` multiplies every initial weight by ``1 + init_scale * N(0, 1)`` (generator seeded
+    by ``seed``); ``loss_float64`` sums the loss's log-probs in float64 instead of float32.
+    """
+
+    init_scale: float = 0.0
+    seed: int = 0
+    loss_float64: bool = False
+
+    def to_key(self) -> dict[str, Any]:
+        return dataclasses.asdict(self) if self != Perturbation() else {}
+
+
 def sft_inputs(
     task: str, spec: TinyModelSpec, *, seed: int, steps: int, lr: float, batch_size: int, num_train: int,
     template: str, warmup_frac: float, weight_decay: float, answer_noise: float = 0.0,
     device_type: str = "cpu", autocast_dtype: str | None = None,
+    selection: SelectionSettings = SelectionSettings(), perturbation: Perturbation = Perturbation(),
 ) -> dict[str, Any]:
     """Every input that changes the SFT weights (hashed into the cache directory name).
 
@@ -106,6 +150,8 @@ def sft_inputs(
         **({"answer_noise": answer_noise} if answer_noise else {}),  # older cache keys stay valid
         **({"device": device_type} if device_type != "cpu" else {}),
         **({"autocast": autocast_dtype} if autocast_dtype else {}),
+        **({"selection": selection.to_key()} if selection.to_key() else {}),
+        **({"perturbation": perturbation.to_key()} if perturbation.to_key() else {}),
     }
 
 
@@ -156,6 +202,46 @@ def _noisy_route_ids(tokenizer: Any, records: Sequence[Record], seed: int) -> li
              for t in r.meta["routes"]] for r in records]
 
 
+@dataclass
+class SFTRun:
+    """What ``train_sft`` did: every step's loss and, with held-out selection, the accuracy curve
+    ``[(step, accuracy), ...]`` (steps counted from 1), the step kept and the step it stopped at."""
+
+    losses: list[float]
+    curve: list[tuple[int, float]] = field(default_factory=list)
+    kept_step: int = 0
+    stopped_at: int = 0
+
+
+class _BestHeldOut:
+    """Keeps the parameters of the best held-out step so far (ties: the later step) and says when
+    ``patience`` evaluations in a row brought no gain above ``min_gain``."""
+
+    def __init__(self, settings: SelectionSettings, evaluate: Callable[[torch.nn.Module], float]) -> None:
+        self.settings, self.evaluate = settings, evaluate
+        self.best = -math.inf
+        self.best_state: dict[str, torch.Tensor] | None = None
+        self.kept_step = 0
+        self.stale = 0
+        self.curve: list[tuple[int, float]] = []
+
+    def observe(self, model: torch.nn.Module, step: int) -> bool:
+        """Measure ``model`` after ``step`` steps; True when training should stop."""
+        model.eval()
+        with torch.no_grad():
+            acc = float(self.evaluate(model))
+        model.train()
+        self.curve.append((step, acc))
+        self.stale = 0 if acc > self.best + self.settings.min_gain else self.stale + 1
+        if acc >= self.best:
+            self.best, self.kept_step = acc, step
+            self.best_state = {k: v.detach().clone() for k, v in model.state_dict().items()}
+        log.info("sft step %d: held-out greedy accuracy %.3f (best %.3f at step %d)", step, acc, self.best,
+                 self.kept_step)
+        s = self.settings
+        return s.patience > 0 and step >= s.min_steps and self.stale >= s.patience
+
+
 def train_sft(
     model: torch.nn.Module,
     prompts: Sequence[PromptInput],
@@ -172,55 +258,96 @@ def train_sft(
     noisy_targets: Sequence[Sequence[Sequence[int]]] | None = None,
     answer_noise: float = 0.0,
     autocast_dtype: torch.dtype | None = None,
-) -> list[float]:
+    selection: SelectionSettings = SelectionSettings(),
+    evaluate: Callable[[torch.nn.Module], float] | None = None,
+    loss_float64: bool = False,
+) -> SFTRun:
     """Teacher-forced SFT: minimise -mean log pi(solution token) over response tokens.
 
     Each step draws ``batch_size`` problems and one random route of each; with probability
-    ``answer_noise`` that route's noisy twin (wrong boxed answer) is used instead. Returns the
-    loss of every step. The model trains where it is (its parameters' device; batches follow);
-    ``autocast_dtype`` (e.g. bf16 on CUDA) runs the forward under ``torch.autocast`` while the
-    weights and optimizer stay float32.
+    ``answer_noise`` that route's noisy twin (wrong boxed answer) is used instead. The model trains
+    where it is (its parameters' device; batches follow); ``autocast_dtype`` (e.g. bf16 on CUDA)
+    runs the forward under ``torch.autocast`` while the weights and optimizer stay float32. With
+    ``selection.every > 0``, ``evaluate(model)`` (held-out accuracy) runs every ``selection.every``
+    steps and at the end, and the model ends with the parameters of the best evaluated step.
     """
+    if selection.every > 0 and evaluate is None:
+        raise ValueError("train_sft: selection.every > 0 needs an evaluate function")
     device = module_device(model)
     rng = random.Random(seed)
     opt = torch.optim.AdamW(model.parameters(), lr=lr, betas=(0.9, 0.98), weight_decay=weight_decay)
     warmup = max(1, int(warmup_frac * steps))
+    chooser = _BestHeldOut(selection, evaluate) if selection.every > 0 and evaluate is not None else None
     model.train()
-    losses: list[float] = []
-    t0 = time.perf_counter()
-    bar = progress_bar(steps, "sft warm start", unit="step")
+    run = SFTRun(losses=[])
+    clock = _Progress(steps, log_every)
     for step in range(steps):
         for g in opt.param_groups:
             g["lr"] = _lr_at(step, steps, lr, warmup)
-        idx = [rng.randrange(len(prompts)) for _ in range(batch_size)]
-        resp = []
-        for i in idx:
-            j = rng.randrange(len(targets[i]))
-            noisy = noisy_targets is not None and rng.random() < answer_noise
-            resp.append(noisy_targets[i][j] if noisy else targets[i][j])  # type: ignore[index]
-        batch = collate([prompts[i] for i in idx], resp, pad_id)
+        batch = _draw_batch(rng, prompts, targets, noisy_targets, answer_noise, batch_size, pad_id)
         with _autocast(device, autocast_dtype):
             logp = response_logprobs(model, batch)
-        loss = -(logp.sum() / batch["response_mask"].sum().to(logp.device))
+        total = logp.double().sum() if loss_float64 else logp.sum()
+        loss = -(total / batch["response_mask"].sum().to(logp.device)).to(logp.dtype)
         if not torch.isfinite(loss):
             raise FloatingPointError(f"SFT: loss is {loss.item()} at step {step}")
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
-        losses.append(loss.item())
-        if bar is not None:
-            bar.set_postfix(loss=f"{loss.item():.3f}", refresh=False)
-            bar.update(1)
-        elif (step + 1) % log_every == 0 or step + 1 == steps:
-            elapsed = time.perf_counter() - t0
-            log.info("sft step %d/%d loss %.4f lr %.2e (%s, about %s left)", step + 1, steps,
-                     np.mean(losses[-log_every:]), opt.param_groups[0]["lr"], duration(elapsed),
-                     duration(elapsed / (step + 1) * (steps - step - 1)))
-    if bar is not None:
-        bar.close()
+        run.losses.append(loss.item())
+        clock.tick(step, run.losses, opt.param_groups[0]["lr"])
+        run.stopped_at = step + 1
+        done = step + 1 == steps
+        if chooser is not None and ((step + 1) % selection.every == 0 or done):
+            if chooser.observe(model, step + 1) and not done:
+                log.info("sft: no held-out gain above %.3f in %d evaluations; stopping at step %d",
+                         selection.min_gain, selection.patience, step + 1)
+                break
+    clock.close()
+    if chooser is not None and chooser.best_state is not None:
+        model.load_state_dict(chooser.best_state)
+        run.curve, run.kept_step = chooser.curve, chooser.kept_step
+    else:
+        run.kept_step = run.stopped_at
     model.eval()
-    return losses
+    return run
+
+
+def _draw_batch(rng: random.Random, prompts: Sequence[PromptInput], targets: Sequence[Sequence[Sequence[int]]],
+                noisy_targets: Sequence[Sequence[Sequence[int]]] | None, answer_noise: float, batch_size: int,
+                pad_id: int) -> dict[str, Any]:
+    """``batch_size`` problems and one route each (its noisy twin with probability ``answer_noise``)."""
+    idx = [rng.randrange(len(prompts)) for _ in range(batch_size)]
+    resp = []
+    for i in idx:
+        j = rng.randrange(len(targets[i]))
+        noisy = noisy_targets is not None and rng.random() < answer_noise
+        resp.append(noisy_targets[i][j] if noisy else targets[i][j])  # type: ignore[index]
+    return collate([prompts[i] for i in idx], resp, pad_id)
+
+
+class _Progress:
+    """The SFT's progress: a bar in a terminal, else a log line every ``log_every`` steps with ETA."""
+
+    def __init__(self, steps: int, log_every: int) -> None:
+        self.steps, self.log_every = steps, log_every
+        self.t0 = time.perf_counter()
+        self.bar = progress_bar(steps, "sft warm start", unit="step")
+
+    def tick(self, step: int, losses: list[float], lr: float) -> None:
+        if self.bar is not None:
+            self.bar.set_postfix(loss=f"{losses[-1]:.3f}", refresh=False)
+            self.bar.update(1)
+        elif (step + 1) % self.log_every == 0 or step + 1 == self.steps:
+            elapsed = time.perf_counter() - self.t0
+            log.info("sft step %d/%d loss %.4f lr %.2e (%s, about %s left)", step + 1, self.steps,
+                     np.mean(losses[-self.log_every:]), lr, duration(elapsed),
+                     duration(elapsed / (step + 1) * (self.steps - step - 1)))
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
 
 
 def _autocast(device: torch.device, dtype: torch.dtype | None) -> contextlib.AbstractContextManager[Any]:
@@ -322,6 +449,8 @@ def warm_start(
     answer_noise: float = 0.0,
     device: torch.device | str = "cpu",
     compute_dtype: str = "float32",
+    selection: SelectionSettings = SelectionSettings(),
+    perturbation: Perturbation = Perturbation(),
 ) -> Path:
     """SFT a tiny ``spec`` model on ``task``'s worked solutions; return its directory (cached).
 
@@ -345,12 +474,16 @@ def warm_start(
     GPU when there is one). On CUDA, ``compute_dtype="bfloat16"`` runs the forward under bf16
     autocast (float32 weights and optimizer); on the CPU it is ignored. The saved weights are
     float32 either way.
+
+    ``selection`` (:class:`SelectionSettings`) keeps the best held-out step instead of the last;
+    ``perturbation`` (:class:`Perturbation`) is for stability measurements only.
     """
     device = torch.device(device)
     autocast = _check_warm_start(steps, batch_size, lr, answer_noise, compute_dtype, device)
     inputs = sft_inputs(task, spec, seed=seed, steps=steps, lr=lr, batch_size=batch_size, num_train=num_train,
                         template=template, warmup_frac=warmup_frac, weight_decay=weight_decay,
-                        answer_noise=answer_noise, device_type=device.type, autocast_dtype=autocast)
+                        answer_noise=answer_noise, device_type=device.type, autocast_dtype=autocast,
+                        selection=selection, perturbation=perturbation)
     key = cache_key(inputs)
     out_root = Path(out_root)
     final = out_root / f"{task}-{spec.kind}-{key}"
@@ -371,7 +504,7 @@ def warm_start(
                            num_train=num_train, template=template, warmup_frac=warmup_frac,
                            weight_decay=weight_decay, settings=eval_settings or EvalSettings(),
                            log_every=log_every or max(1, steps // 10), answer_noise=answer_noise,
-                           device=device, autocast=autocast)
+                           device=device, autocast=autocast, selection=selection, perturbation=perturbation)
         (tmp / MANIFEST).write_text(json.dumps({"inputs": inputs, "key": key, **record}, indent=2, sort_keys=True))
         _publish(tmp, final)
         return final
@@ -449,24 +582,30 @@ def _publish(tmp: Path, final: Path) -> None:
 
 def _sft_into(tmp: Path, task: str, spec: TinyModelSpec, *, seed: int, steps: int, lr: float, batch_size: int,
               num_train: int, template: str, warmup_frac: float, weight_decay: float, settings: EvalSettings,
-              log_every: int, answer_noise: float, device: torch.device, autocast: str | None) -> dict[str, Any]:
+              log_every: int, answer_noise: float, device: torch.device, autocast: str | None,
+              selection: SelectionSettings, perturbation: Perturbation) -> dict[str, Any]:
     """Build the tiny model in ``tmp``, SFT it, save it there and evaluate it; the manifest's record."""
     t0 = time.perf_counter()
     build_tiny_model_dir(spec, tmp, seed=seed)
     kit = load_policy_kit(PolicySpec(path=tmp, hf=HFEngineConfig(batch_size=settings.batch_size),
                                      reward=TEMPLATE_REWARD[template], template=template), device)
     model, tokenizer = kit.model, kit.tokenizer
-    train = generate_task(task, split="train", num=num_train, seed=seed)
+    perturb_weights(model, perturbation)
+    train = generate_task(task, split="train", num=num_train + selection.num_prompts * (selection.every > 0), seed=seed)
+    train, held_out = train[:num_train], train[num_train:]
     prompts = [kit.encode(r) for r in train]
     targets = _route_ids(tokenizer, train)
     noisy = _noisy_route_ids(tokenizer, train, seed) if answer_noise > 0 else None
     t_prep = time.perf_counter() - t0
     with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
         torch.manual_seed(seed)
-        losses = train_sft(model, prompts, targets, pad_id=kit.pad_id, seed=seed, steps=steps, lr=lr,
-                           batch_size=batch_size, warmup_frac=warmup_frac, weight_decay=weight_decay,
-                           log_every=log_every, noisy_targets=noisy,
-                           answer_noise=answer_noise, autocast_dtype=torch.bfloat16 if autocast else None)
+        run = train_sft(model, prompts, targets, pad_id=kit.pad_id, seed=seed, steps=steps, lr=lr,
+                        batch_size=batch_size, warmup_frac=warmup_frac, weight_decay=weight_decay,
+                        log_every=log_every, noisy_targets=noisy, answer_noise=answer_noise,
+                        autocast_dtype=torch.bfloat16 if autocast else None, selection=selection,
+                        evaluate=lambda _m: greedy_accuracy(kit, held_out, settings.max_new_tokens),
+                        loss_float64=perturbation.loss_float64)
+    losses = run.losses
     t_train = time.perf_counter() - t0 - t_prep
     model.save_pretrained(str(tmp), safe_serialization=True)
     metrics: dict[str, Any] = {}
@@ -487,4 +626,25 @@ def _sft_into(tmp: Path, task: str, spec: TinyModelSpec, *, seed: int, steps: in
         "loss_last_10pct": float(np.mean(losses[-max(1, len(losses) // 10):])) if losses else None,
         "eval_settings": settings.__dict__,
         "metrics": metrics,
+        "selection": {"curve": run.curve, "kept_step": run.kept_step, "stopped_at": run.stopped_at},
     }
+
+
+def greedy_accuracy(kit: PolicyKit, records: Sequence[Record], max_new_tokens: int) -> float:
+    """Mean greedy accuracy of ``kit``'s policy on ``records`` (the held-out selection measure)."""
+    prompts = [kit.encode(r) for r in records]
+    out = kit.engine.generate(prompts, 1, SamplingConfig(temperature=0.0, max_new_tokens=max_new_tokens))
+    scores, _ = kit.score([r.text for r in out], [records[r.prompt_index] for r in out])
+    return float(np.mean([s["accuracy"] for s in scores]))
+
+
+def perturb_weights(model: torch.nn.Module, perturbation: Perturbation) -> None:
+    """Multiply every parameter by ``1 + init_scale * N(0, 1)`` in place (no-op at scale 0); a
+    stand-in for another machine's rounding of the same initial weights."""
+    if perturbation.init_scale == 0:
+        return
+    gen = torch.Generator().manual_seed(perturbation.seed)
+    with torch.no_grad():
+        for _, p in sorted(model.named_parameters()):
+            noise = torch.randn(p.shape, generator=gen, dtype=torch.float32).to(p.device, p.dtype)
+            p.mul_(1 + perturbation.init_scale * noise)

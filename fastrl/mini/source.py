@@ -13,7 +13,7 @@ import torch
 
 from fastrl.config import FastRLConfig, TinyModelConfig
 from fastrl.mini.builders import TinyModelSpec
-from fastrl.mini.sft import default_cache_root, warm_start
+from fastrl.mini.sft import SelectionSettings, default_cache_root, warm_start
 from fastrl.models.device import resolve_device
 
 
@@ -26,4 +26,6 @@ def tiny_policy_dir(tiny: TinyModelConfig, cfg: FastRLConfig, device: torch.devi
         cfg.data.task, TinyModelSpec.from_model_config(cfg.model), out_root=default_cache_root(), seed=cfg.data.seed,
         steps=tiny.sft_steps, lr=tiny.sft_lr, batch_size=tiny.sft_batch_size, template=cfg.data.template,
         answer_noise=tiny.sft_answer_noise, device=device, compute_dtype=cfg.model.dtype,
+        selection=SelectionSettings(every=tiny.sft_select_every, num_prompts=tiny.sft_select_prompts,
+                                    patience=tiny.sft_patience, min_steps=tiny.sft_min_steps),
     )

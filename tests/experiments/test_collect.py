@@ -42,6 +42,17 @@ def test_summary_of_a_run(tmp_path):
     assert val_curve([json.loads(x) for x in (d / "metrics.jsonl").read_text().splitlines()]) == [(0, 0.2), (2, 0.4), (3, 0.6)]
 
 
+def test_how_often_n_moved_is_counted_per_run_and_shown_in_table1_and_table2(tmp_path):
+    """ARS that never acts makes the ARS comparisons empty: each run says how often n moved."""
+    ns = [8, 8, 7, 7, 8, 6]
+    s = summarize(write_run(tmp_path / "r", step_times=[1.0] * len(ns), n=ns))
+    assert s.n_changes == sum(a != b for a, b in zip(ns, ns[1:]))
+    assert summarize(write_run(tmp_path / "flat", step_times=[1.0] * 3, n=[8] * 3)).n_changes == 0
+    assert C.run_metrics(s)["n_changes"] == s.n_changes
+    for target in ("table1", "table2"):
+        assert "n_changes" in target_module(target).metrics, target
+
+
 def test_an_unfinished_run_is_not_summarized(tmp_path):
     d = write_run(tmp_path / "r", step_times=[1.0], finished=False)
     assert not is_finished(d)

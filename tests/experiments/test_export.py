@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import shlex
 import shutil
 from pathlib import Path
@@ -39,6 +40,15 @@ def test_export_writes_finished_runs_with_their_command_and_numbers(tmp_path):
     assert first["summary"]["cpu_s"]["step"] == 1.5  # per-stage CPU seconds, for the CPU token bound
     assert [s[K.ROLLOUT_N] for s in first["steps"]] == [8, 6]
     assert first["collected_at_commit"] == "unknown"  # tmp_path is not a git checkout
+
+
+def test_a_record_gives_how_often_n_moved_from_its_steps():
+    """Committed records predate n_changes; their per-step rollout/n gives it without re-export."""
+    record = {"run_dir": "r", "summary": {"steps": 3, "train_time_s": 1.0, "acc_after": 0.5, "tokens_generated": 1.0,
+                                          "tokens_trained": 1.0, "kept_fraction": 1.0, "mean_n": 7.0},
+              "steps": [{K.ROLLOUT_N: n} for n in (8.0, 7.0, 7.0, 8.0)]}
+    assert E.summary_from_record(record).n_changes == 2
+    assert math.isnan(E.summary_from_record({**record, "steps": [{}, {K.ROLLOUT_N: 8.0}]}).n_changes)
 
 
 def test_nothing_finished_writes_nothing(tmp_path):

@@ -23,7 +23,7 @@ RunSpecKey = tuple[str, int]
 
 REPO = Path(__file__).resolve().parents[2]
 MAKE_TARGETS = ("table1", "table2", "table3", "table4", "table5", "table6", "table7", "table8", "ablation",
-                "tau-sweep", "correlation", "lag", "figures", "reproduce", "calibrate")
+                "tau-sweep", "lr-sweep", "correlation", "lag", "figures", "reproduce", "calibrate")
 
 
 def _spec(tmp_path, variant="grpo"):

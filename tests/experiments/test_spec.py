@@ -12,7 +12,7 @@ from experiments.runner import RunError, unique
 from experiments.spec import TABLES_DIR, SpecError, build_runs, load_table, parse_seeds, sweep_variants, table_variants
 from fastrl.config import load_config, to_dict
 
-GRID_TARGETS = ("table1", "table2", "table3", "table4", "table5", "table7", "table8", "lag", "fig3")
+GRID_TARGETS = ("table1", "table2", "table3", "table4", "table5", "table7", "table8", "lag", "fig3", "lr_sweep")
 
 
 def test_table1_is_the_full_grid(tmp_path):
@@ -149,10 +149,11 @@ def test_data_tables_say_what_they_show():
     """Every target run by experiments.table_target names its description and metrics; derived rows
     are of a known kind."""
     data_targets = [name for name, target in registered().items() if target.hook is None]
-    assert data_targets == ["table1", "table2", "table3", "table5", "table7", "table8"]
+    assert data_targets == ["lr_sweep", "table1", "table2", "table3", "table5", "table7", "table8"]
     for name in data_targets:
         assert registered()[name].description and target_module(name).metrics, name
     assert "max_over_models" in [d["kind"] for d in load_table("table1")["derived"]]
+    assert "best" in [d["kind"] for d in load_table("lr_sweep")["derived"]]
 
 
 def test_a_derived_row_of_unknown_kind_is_an_error(monkeypatch):

@@ -81,4 +81,5 @@ def test_the_reproduce_dry_run_ends_with_the_whole_reproduction_counting_shared_
     per_target = [int(n) for n in re.findall(r"^== (?!reproduce)\S+ at scale smoke: (\d+) runs", out, re.M)]
     total = re.findall(r"^== reproduce at scale smoke: (\d+) runs", out, re.M)
     assert out.rstrip().splitlines()[-1].startswith("   (training runs only") and len(total) == 1
+    assert re.search(r"^== lr_sweep at scale smoke: [1-9]\d* runs", out, re.M)  # the tuned baseline is part of it
     assert 0 < int(total[0]) < sum(per_target)  # Table 4 and the figures reuse Table 1's runs, ...

@@ -133,3 +133,100 @@ def test_sft_shows_a_bar_with_the_loss_in_a_terminal(tmp_path: Path, monkeypatch
     monkeypatch.setattr(sft, "progress_bar", lambda total, desc, **k: Bar())
     _run(tmp_path, steps=3, eval_settings=EvalSettings(num_prompts=0))
     assert len(bars) == 1 and bars[0].n == 3 and bars[0].closed and float(bars[0].postfix["loss"]) > 0
+
+
+def _tiny_sft_inputs(tmp_path: Path):
+    from fastrl.data.templates import TEMPLATE_REWARD
+    from fastrl.mini.builders import build_tiny_model_dir
+    from fastrl.mini.tasks import generate_task
+    from fastrl.policy import PolicySpec, load_policy_kit
+    import torch
+
+    build_tiny_model_dir(TEXT_SPEC, tmp_path / "m", seed=0)
+    kit = load_policy_kit(PolicySpec(path=tmp_path / "m", reward=TEMPLATE_REWARD["fastrl_math"], template="fastrl_math"),
+                          torch.device("cpu"))
+    train = generate_task("mini-math", split="train", num=8, seed=0)
+    return kit, [kit.encode(r) for r in train], sft._route_ids(kit.tokenizer, train)
+
+
+def test_held_out_selection_keeps_the_best_step_and_stops_on_patience(tmp_path: Path) -> None:
+    kit, prompts, targets = _tiny_sft_inputs(tmp_path)
+    scripted = iter([0.1, 0.5, 0.5, 0.3, 0.9])  # step 2 best; 3 ties (kept: later) but is no gain; 4 stale
+    snapshots = {}
+
+    def evaluate(model):
+        snapshots[len(snapshots) + 1] = {k: v.clone() for k, v in model.state_dict().items()}
+        return next(scripted)
+
+    run = sft.train_sft(kit.model, prompts, targets, pad_id=kit.pad_id, seed=0, steps=5, lr=1e-2, batch_size=2,
+                        warmup_frac=0.0, weight_decay=0.0, log_every=1, evaluate=evaluate,
+                        selection=sft.SelectionSettings(every=1, patience=2, min_steps=2))
+    assert run.curve == [(1, 0.1), (2, 0.5), (3, 0.5), (4, 0.3)]  # stopped after 2 evaluations without gain
+    assert (run.kept_step, run.stopped_at) == (3, 4)
+    final = kit.model.state_dict()
+    assert all(torch_equal(final[k], snapshots[3][k]) for k in final)
+    assert not all(torch_equal(final[k], snapshots[4][k]) for k in final)
+
+
+def torch_equal(a, b) -> bool:
+    import torch
+
+    return bool(torch.equal(a, b))
+
+
+def test_selection_and_perturbation_are_keyed_only_when_used() -> None:
+    from fastrl.mini.sft import Perturbation, SelectionSettings, cache_key, sft_inputs
+
+    common = dict(seed=0, steps=1, lr=1e-3, batch_size=4, num_train=8, template="fastrl_math", warmup_frac=0.05,
+                  weight_decay=0.0)
+    plain = sft_inputs("mini-math", TEXT_SPEC, **common)
+    # The last-step recipe keeps the inputs (hence cache entries) it had before selection existed.
+    assert sft_inputs("mini-math", TEXT_SPEC, **common, selection=SelectionSettings(), perturbation=Perturbation()) == plain
+    assert "selection" not in plain and "perturbation" not in plain
+    keys = {cache_key(plain),
+            cache_key(sft_inputs("mini-math", TEXT_SPEC, **common, selection=SelectionSettings(every=50))),
+            cache_key(sft_inputs("mini-math", TEXT_SPEC, **common, perturbation=Perturbation(init_scale=1e-6)))}
+    assert len(keys) == 3
+
+
+def test_perturbation_scales_weights_relatively(tmp_path: Path) -> None:
+    import torch
+
+    kit, _, _ = _tiny_sft_inputs(tmp_path)
+    before = {k: v.clone() for k, v in kit.model.named_parameters()}
+    sft.perturb_weights(kit.model, sft.Perturbation(init_scale=1e-3, seed=1))
+    for k, p in kit.model.named_parameters():
+        nonzero = before[k] != 0
+        if not nonzero.any():  # e.g. zero-initialised biases: 0 * (1 + e) stays 0
+            continue
+        rel = ((p - before[k])[nonzero] / before[k][nonzero]).abs()
+        assert 0 < rel.max() < 1e-2, k
+    again = {k: v.clone() for k, v in kit.model.named_parameters()}
+    sft.perturb_weights(kit.model, sft.Perturbation())  # scale 0: untouched
+    assert all(torch.equal(again[k], p) for k, p in kit.model.named_parameters())
+
+
+def test_selection_needs_an_evaluate_function(tmp_path: Path) -> None:
+    kit, prompts, targets = _tiny_sft_inputs(tmp_path)
+    with pytest.raises(ValueError, match="evaluate"):
+        sft.train_sft(kit.model, prompts, targets, pad_id=kit.pad_id, seed=0, steps=1, lr=1e-3, batch_size=2,
+                      warmup_frac=0.0, weight_decay=0.0, log_every=1, selection=sft.SelectionSettings(every=1))
+
+
+def test_warm_start_with_selection_records_its_curve(tmp_path: Path) -> None:
+    path = _run(tmp_path, steps=4, selection=sft.SelectionSettings(every=2, num_prompts=4),
+                eval_settings=EvalSettings(num_prompts=0))
+    manifest = json.loads((path / "sft_manifest.json").read_text())
+    assert [s for s, _ in manifest["selection"]["curve"]] == [2, 4]
+    assert manifest["inputs"]["selection"]["every"] == 2
+
+
+def test_selection_keys_are_checked_at_config_load() -> None:
+    from fastrl.config import ConfigError, load_config
+
+    # model.tiny is the tiny source's section (fastrl.sections.TinyModelConfig): its check() runs
+    # when the config is read, and the message names the dotted key.
+    with pytest.raises(ConfigError, match="model.tiny.sft_patience = -1 must be >= 0"):
+        load_config(None, ["model.tiny.sft_patience=-1"], scale="smoke")
+    with pytest.raises(ConfigError, match="model.tiny.sft_select_prompts = 0 must be >= 1"):
+        load_config(None, ["model.tiny.sft_select_every=10", "model.tiny.sft_select_prompts=0"], scale="smoke")
