@@ -50,8 +50,9 @@ NOTEBOOK_OUT ?=
 notebooks: setup
 	$(PY) -m experiments.notebooks --scale $(SCALE) $(if $(strip $(NOTEBOOK_OUT)),--out $(NOTEBOOK_OUT))
 
-# On a box with one NVIDIA GPU and no network (< 8 min): smoke GRPO/FastRL under ZeRO-3 bf16, a
-# Qwen2.5-VL-7B-shaped step, vLLM weight sync, the demo -> runs/gpu-check/summary.{md,json}.
+# On a box with one NVIDIA GPU and no network (< 8 min): the suite's GPU tier (pytest -m gpu
+# tests/gpu, skipped without CUDA): smoke GRPO/FastRL under ZeRO-3 bf16, a Qwen2.5-VL-7B-shaped
+# step, vLLM weight sync, the demo -> runs/gpu-check/summary.{md,json}.
 # Uses the box's own python (its CUDA torch), not .venv; missing packages come from $(WHEELS)/.
 # GPU_CHECK_DRY=1 make gpu-check GPU_PY=.venv/bin/python: the same on this CPU, smallest sizes.
 GPU_PY ?= python3

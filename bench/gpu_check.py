@@ -1,10 +1,12 @@
 #!/usr/bin/env python3
 """``make gpu-check``: what a machine with one NVIDIA GPU and no network can tell us, in < 8 minutes.
 
-    python3 bench/gpu_check.py                    # on the GPU box (make gpu-check)
+    python3 -m pytest -m gpu tests/gpu            # on the GPU box (make gpu-check): the suite's GPU tier
+    python3 bench/gpu_check.py                    # the same (runs that tier)
     GPU_CHECK_DRY=1 python3 bench/gpu_check.py    # CPU, smallest sizes, well under a minute
 
-Sections, each in its own process (a crash or an out-of-memory stays contained) with a time limit
+The GPU tier (``tests/gpu/test_gpu_tier.py``, skipped without CUDA) is one test per section
+below; this module holds the sections and what runs them. Sections, each in its own process (a crash or an out-of-memory stays contained) with a time limit
 inside one overall budget:
 
 - ``smoke_grpo`` / ``smoke_fastrl``: ``fastrl train configs/methods/<m>.yaml --scale smoke`` with
@@ -70,6 +72,7 @@ REQUIRED: dict[str, str] = {
     "tokenizers": "tokenizers", "yaml": "pyyaml", "omegaconf": "omegaconf", "pandas": "pandas",
     "pyarrow": "pyarrow", "PIL": "pillow", "sympy": "sympy", "tqdm": "tqdm", "mathruler": "mathruler",
     "pylatexenc": "pylatexenc", "hjson": "hjson", "pydantic": "pydantic", "deepspeed": "deepspeed",
+    "pytest": "pytest",  # the check is the suite's GPU tier (tests/gpu, pytest -m gpu)
 }
 NOT_FROM_WHEELS = frozenset({"torch", "transformers"})
 # The Qwen2.5-VL-7B-Instruct language model (its text_config), built with random weights.
@@ -238,44 +241,66 @@ def _progress_line(name: str, result: dict[str, Any]) -> str:
     return line
 
 
-def orchestrate(s: Settings, budget_s: float) -> int:
-    start = time.perf_counter()
+def start_summary(s: Settings, budget_s: float) -> dict[str, Any]:
+    """The summary a check fills in: when it started, the import check and the environment."""
     for sub in ("sections", "logs"):
         (s.out / sub).mkdir(parents=True, exist_ok=True)
     summary: dict[str, Any] = {
         "started": _dt.datetime.now().isoformat(timespec="seconds"), "dry_run": s.dry, "out": str(s.out),
-        "budget_s": budget_s,
+        "budget_s": budget_s, "sections": {},
     }
-    imports, env = check_imports(s)
-    summary["imports"] = imports
-    summary["environment"] = env
-    sections: dict[str, Any] = {}
-    summary["sections"] = sections
+    summary["imports"], summary["environment"] = check_imports(s)
+    return summary
+
+
+def run_one(name: str, s: Settings, summary: dict[str, Any], deadline: float) -> dict[str, Any]:
+    """Section ``name`` in its own process (or skipped, saying why: failed imports, no vllm, the
+    budget spent), recorded in ``summary`` and printed as one progress line."""
+    imports = summary["imports"]
+    reason = skip_reason(name, s, summary["environment"])
+    left = deadline - time.perf_counter()
     if imports["status"] != "ok":
-        for name in SECTIONS:
-            sections[name] = {"status": "skipped", "reason": "imports failed: " + imports["reason"]}
+        reason = "imports failed: " + imports["reason"]
+    elif reason is None and left < 20:
+        reason = f"the {summary['budget_s']:.0f} s budget is spent"
+    if reason is not None:
+        result: dict[str, Any] = {"status": "skipped", "reason": reason}
     else:
-        deadline = time.perf_counter() + budget_s
-        for name in SECTIONS:
-            reason = skip_reason(name, s, summary["environment"])
-            left = deadline - time.perf_counter()
-            if reason is None and left < 20:
-                reason = f"the {budget_s:.0f} s budget is spent"
-            if reason is not None:
-                sections[name] = {"status": "skipped", "reason": reason}
-            else:
-                limit = min(DRY_TIMEOUT_S if s.dry else TIMEOUT_S[name], left)
-                sections[name] = run_section_process(name, s, limit)
-            print(_progress_line(name, sections[name]), flush=True)
+        result = run_section_process(name, s, min(DRY_TIMEOUT_S if s.dry else TIMEOUT_S[name], left))
+    summary["sections"][name] = result
+    print(_progress_line(name, result), flush=True)
+    return result
+
+
+def finish_summary(s: Settings, summary: dict[str, Any], start: float) -> int:
+    """Write ``summary.json`` and ``summary.md`` (also printed); 1 when a section or the imports failed."""
+    sections = summary["sections"]
     summary["total_s"] = round(time.perf_counter() - start, 2)
-    failed = [n for n, r in sections.items() if r["status"] == "failed"] + (["imports"] if imports["status"] != "ok" else [])
-    summary["failed"] = failed
+    summary["failed"] = [n for n, r in sections.items() if r["status"] == "failed"] + (
+        ["imports"] if summary["imports"]["status"] != "ok" else [])
     (s.out / "summary.json").write_text(json.dumps(summary, indent=2, default=str))
     markdown = format_summary(summary)
     (s.out / "summary.md").write_text(markdown)
     print(markdown)
     print(f"wrote {s.out / 'summary.json'} and {s.out / 'summary.md'}")
-    return 1 if failed else 0
+    return 1 if summary["failed"] else 0
+
+
+def run_tier(s: Settings, budget_s: float) -> int:
+    """The GPU tier of the test suite (``pytest -m gpu tests/gpu``, what ``make gpu-check`` runs):
+    one test per section, the summary written when the tier ends. Its exit status."""
+    if importlib.util.find_spec("pytest") is None and WHEELS.is_dir():  # the tier needs pytest first
+        _install_from_wheels(["pytest", "pluggy", "iniconfig", "packaging", "pygments"])
+        importlib.invalidate_caches()
+    if importlib.util.find_spec("pytest") is None:
+        print(f"gpu-check: pytest is not installed here (the check is the suite's GPU tier); build {WHEELS} with "
+              "`make gpu-wheels` on a machine with network and copy it here", file=sys.stderr)
+        return 1
+    env = {**os.environ, "GPU_CHECK_OUT": str(s.out), "GPU_CHECK_DRY": "1" if s.dry else "0",
+           "GPU_CHECK_BUDGET_S": str(budget_s)}
+    cmd = [sys.executable, "-m", "pytest", "-m", "gpu", str(REPO / "tests" / "gpu"), "-q", "-rs", "-p",
+           "no:cacheprovider"]
+    return subprocess.run(cmd, cwd=REPO, env=env).returncode
 
 
 # ------------------------------------------------------------------------------------------------
@@ -725,7 +750,7 @@ def main(argv: list[str] | None = None) -> int:
     s = Settings(out=args.out.resolve(), dry=dry)
     if args.section:
         return run_section(args.section, s)
-    return orchestrate(s, args.budget_s)
+    return run_tier(s, args.budget_s)
 
 
 if __name__ == "__main__":

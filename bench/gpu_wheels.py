@@ -24,8 +24,10 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 # deepspeed and its small dependencies, fastrl's config/reward stack, pydantic's closure.
+# pytest and its closure: make gpu-check is the suite's GPU tier (pytest -m gpu).
 PURE = ("deepspeed", "omegaconf", "antlr4-python3-runtime", "mathruler", "pylatexenc", "hjson", "pydantic",
-        "annotated-types", "typing-inspection", "typing_extensions", "py-cpuinfo", "einops")
+        "annotated-types", "typing-inspection", "typing_extensions", "py-cpuinfo", "einops", "pytest", "pluggy",
+        "iniconfig", "packaging", "pygments")
 BINARY = ("pydantic-core", "msgpack", "psutil", "ninja")
 FALLBACK_PINS = {"antlr4-python3-runtime": "4.9.3", "deepspeed": "0.19.8"}
 PYTHON_VERSION = "3.12"

@@ -97,17 +97,27 @@ def describe_config(cfg: FastRLConfig) -> list[str]:
         options = getattr(a, section, None)
         if dataclasses.is_dataclass(options):
             parts.append(f"{section}: " + ", ".join(f"{k} {v}" for k, v in dataclasses.asdict(options).items()))
-    model = (f"{m.path} ({m.dtype})" if m.source == "path"
-             else f"tiny {m.kind} ({m.tiny.hidden_size} wide, {m.tiny.num_layers} layers; SFT warm start "
-                  f"{m.tiny.sft_steps} steps)")
     return [
         f"method {cfg.method}: " + "; ".join(parts),
-        f"model {model}; rollout engine {r.engine}, device {m.device}",
+        f"model {describe_model(cfg)}; rollout engine {r.engine}, device {m.device}",
         f"scale {cfg.scale}: {t.total_steps} steps x {t.prompts_per_step} prompts x n {r.n}, lr {t.optim.lr}, "
-        f"seed {t.seed}; data {d.task if d.task != 'files' else ', '.join(d.train_files)} "
-        f"({d.num_train} train, {d.num_val} val)",
+        f"seed {t.seed}; data {', '.join(d.train_files) or d.task} ({d.num_train} train, {d.num_val} val)",
         f"run_dir {t.run_dir} (loggers: {', '.join(t.loggers)}; every key: fastrl train ... --print-config)",
     ]
+
+
+def describe_model(cfg: FastRLConfig) -> str:
+    """``Qwen/Qwen2.5-VL-3B-Instruct (bfloat16)``, or for a source without a path ``tiny qwen2
+    (float32; model.tiny: hidden_size 128, ...)``: the source's own section, whichever it is."""
+    from fastrl.sources import MODEL_SOURCES
+
+    m = cfg.model
+    text = f"{m.path} ({m.dtype}" if m.path else f"{m.source} {m.kind} ({m.dtype}"
+    section = MODEL_SOURCES.entry(m.source).section
+    options = getattr(m, section) if section else None
+    if dataclasses.is_dataclass(options):
+        text += f"; model.{section}: " + ", ".join(f"{k} {v}" for k, v in dataclasses.asdict(options).items())
+    return text + ")"
 
 
 def closing_line(summary: Mapping[str, Any], wall_s: float) -> str:
@@ -136,16 +146,18 @@ def sweep_points(spec: Mapping[str, Sequence[Any]]) -> list[list[str]]:
     return [[f"{k}={v}" for k, v in zip(keys, combo)] for combo in itertools.product(*(spec[k] for k in keys))]
 
 
-def sweep(sweep_file: str | Path, overrides: Sequence[str] = (), scale: str | None = None) -> list[dict[str, Any]]:
+def sweep(sweep_file: str | Path, overrides: Sequence[str] = (), scale: str | None = None, *,
+          imports: Sequence[str] = ()) -> list[dict[str, Any]]:
     """Train every point of a sweep file ``{base: CONFIG, sweep: {dotted.key: [values]}}``, each in
-    ``<base run_dir>/sweep/<point>``; returns ``[{"point": [...], **train summary}, ...]``."""
+    ``<base run_dir>/sweep/<point>``; returns ``[{"point": [...], **train summary}, ...]``.
+    ``imports``: plug-in modules imported before each config is read (``fastrl sweep --import``)."""
     from fastrl.config import read_yaml, resolve_config_path
 
     path = resolve_config_path(sweep_file)
     spec = read_yaml(path) or {}  # a duplicate key or a syntax error: one line with file:line:column
     if set(spec) - {"base", "sweep"} or "base" not in spec or "sweep" not in spec:
         raise ConfigError(f"{path}: a sweep file has exactly the keys 'base' (a config) and 'sweep' (key: [values])")
-    base = load_config(spec["base"], list(overrides), scale=scale)
+    base = load_config(spec["base"], list(overrides), scale=scale, imports=imports)
     points = sweep_points(spec["sweep"])
     log.info("sweep %s: %d point(s) of %s (%s scale, %d steps each), runs under %s/sweep/", path.name, len(points),
              spec["base"], base.scale, base.trainer.total_steps, base.trainer.run_dir)
@@ -155,7 +167,8 @@ def sweep(sweep_file: str | Path, overrides: Sequence[str] = (), scale: str | No
         tag = ",".join(p.replace("algorithm.", "") for p in point)
         run_dir = f"{base.trainer.run_dir}/sweep/{tag}"
         log.info("sweep point %d/%d: %s", i, len(points), " ".join(point))
-        results.append({"point": point, **train(spec["base"], [*overrides, *point, f"trainer.run_dir={run_dir}"], scale)})
+        results.append({"point": point, **train(spec["base"], [*overrides, *point, f"trainer.run_dir={run_dir}"], scale,
+                                                imports=imports)})
         elapsed = time.perf_counter() - start
         log.info("sweep point %d/%d done: %s (%s so far, about %s left)", i, len(points),
                  sweep_point_line(results[-1]), duration(elapsed), duration(elapsed / i * (len(points) - i)))
@@ -293,28 +306,13 @@ def checkpoint_dtype(model: str | Path) -> str:
 
 
 def evaluate(
-    model: str | Path,
-    benchmarks: Sequence[str] | Mapping[str, Sequence[Record]],
-    *,
-    engine: str = "hf",
-    device: str | torch.device = "auto",
-    dtype: str | None = None,
-    sampling: str = "greedy",
-    k: int = 1,
-    reward: str = "math",
-    template: str = "fastrl_math",
-    max_new_tokens: int = 512,
-    batch_size: int = 32,
-    max_model_len: int | None = None,
-    gpu_memory_utilization: float = 0.8,
-    min_pixels: int = 262144,
-    max_pixels: int = 4194304,
-    seed: int = 0,
-    limit: int = 0,
-    max_prompt_length: int = 2048,
-    prompt_length_policy: str = "filter",
-    templates: Mapping[str, str] | None = None,
-    rewards: Mapping[str, str] | None = None,
+    model: str | Path, benchmarks: Sequence[str] | Mapping[str, Sequence[Record]], *,
+    engine: str = "hf", device: str | torch.device = "auto", dtype: str | None = None, sampling: str = "greedy",
+    k: int = 1, reward: str = "math", template: str = "fastrl_math", max_new_tokens: int = 512, batch_size: int = 32,
+    max_model_len: int | None = None, gpu_memory_utilization: float = 0.8, min_pixels: int = 262144,
+    max_pixels: int = 4194304, seed: int = 0, limit: int = 0, max_prompt_length: int = 2048,
+    prompt_length_policy: str = "filter", templates: Mapping[str, str] | None = None,
+    rewards: Mapping[str, str] | None = None, imports: Sequence[str] = (),
 ) -> dict[str, Any]:
     """Evaluate a run directory (its ``final`` policy), a model directory or a hub id.
 
@@ -329,31 +327,24 @@ def evaluate(
     ``rewards``: {benchmark name: template / reward} for benchmarks that do not use ``template`` /
     ``reward``; every benchmark is evaluated with the model loaded once. Returns
     ``fastrl.evaluation.evaluate.evaluate``'s JSON-ready dict (``split_by_benchmark`` splits it).
+    ``imports``: modules imported first (a plug-in engine: ``fastrl eval --import``).
     """
-    resolved = resolve_eval_model(model)
-    if not isinstance(benchmarks, Mapping):
-        for b in benchmarks:  # a misspelt name fails here, not after the imports and the model load
-            check_benchmark_spec(b)
-    names = list(benchmarks) if isinstance(benchmarks, Mapping) else [benchmark_name(b) for b in benchmarks]
-    check_templates_and_rewards(benchmark_choice(names, template, templates or {}, what="template"),
-                                benchmark_choice(names, reward, rewards or {}, what="reward"))
-    from fastrl.config import check_engine_installed
+    from fastrl.config import check_engine_installed, import_component_module
     from fastrl.data.prompt_limit import PromptLimit
     from fastrl.evaluation.evaluate import evaluate as evaluate_engine
     from fastrl.evaluation.evaluate import validation_sampling
     from fastrl.models.device import resolve_device
-    from fastrl.config import HFEngineConfig, VLLMEngineConfig
-    from fastrl.policy import PolicySpec, load_policy_kit
+    from fastrl.policy import load_policy_kit
 
+    for module in imports:
+        import_component_module(module)
+    resolved = resolve_eval_model(model)
+    check_eval_benchmarks(benchmarks, template, reward, templates or {}, rewards or {})
     check_engine_installed(engine, key="engine")
-    vllm_dtype = dtype or (checkpoint_dtype(resolved) if engine == "vllm" else None)
-    spec = PolicySpec(
-        path=resolved, dtype=dtype or "float32", engine=engine, seed=seed, hf=HFEngineConfig(batch_size=batch_size),
-        vllm=VLLMEngineConfig(
-            max_model_len=max_model_len if max_model_len is not None else max_prompt_length + max_new_tokens,
-            gpu_memory_utilization=gpu_memory_utilization, dtype=vllm_dtype, sleep=False),  # evaluation never sleeps
-        min_pixels=min_pixels, max_pixels=max_pixels, reward=reward, template=template,
-    )
+    spec = eval_policy_spec(resolved, engine=engine, dtype=dtype, batch_size=batch_size, max_model_len=max_model_len,
+                            gpu_memory_utilization=gpu_memory_utilization, seed=seed,
+                            max_sequence_length=max_prompt_length + max_new_tokens, min_pixels=min_pixels,
+                            max_pixels=max_pixels, reward=reward, template=template)
     prompt_limit = PromptLimit(max_prompt_length, prompt_length_policy, length_key="--max-prompt-length",
                                policy_key="--prompt-length-policy")
     named = dict(parse_benchmark(b) for b in benchmarks) if not isinstance(benchmarks, Mapping) else benchmarks
@@ -370,6 +361,35 @@ def evaluate(
                                k=k, reward_fn_name=reward_of, prompt_limit=prompt_limit)
     finally:
         kit.close()
+
+
+def check_eval_benchmarks(benchmarks: Sequence[str] | Mapping[str, Sequence[Record]], template: str, reward: str,
+                          templates: Mapping[str, str], rewards: Mapping[str, str]) -> None:
+    """Benchmark, template and reward names checked before anything is loaded: a misspelt name
+    fails here, not after the imports and the model load."""
+    if not isinstance(benchmarks, Mapping):
+        for b in benchmarks:
+            check_benchmark_spec(b)
+    names = list(benchmarks) if isinstance(benchmarks, Mapping) else [benchmark_name(b) for b in benchmarks]
+    check_templates_and_rewards(benchmark_choice(names, template, templates, what="template"),
+                                benchmark_choice(names, reward, rewards, what="reward"))
+
+
+def eval_policy_spec(resolved: str | Path, *, engine: str, dtype: str | None, batch_size: int,
+                     max_model_len: int | None, gpu_memory_utilization: float, **spec: Any) -> Any:
+    """``fastrl eval``'s policy spec: the built-in engines' sections from its flags (checked as a
+    run config's are), a plug-in engine's from its defaults; ``spec`` the rest of the spec's fields."""
+    from fastrl.policy import PolicySpec
+    from fastrl.sections import HFEngineConfig, VLLMEngineConfig, checked
+
+    # vLLM's "auto" dtype runs a float32 checkpoint in bfloat16: it is given the checkpoint's own.
+    vllm_dtype = dtype or (checkpoint_dtype(resolved) if engine == "vllm" else None)
+    sections = {
+        "hf": checked(HFEngineConfig(batch_size=batch_size), "rollout.hf"),
+        "vllm": checked(VLLMEngineConfig(max_model_len=max_model_len, gpu_memory_utilization=gpu_memory_utilization,
+                                         dtype=vllm_dtype, sleep=False), "rollout.vllm"),  # evaluation never sleeps
+    }
+    return PolicySpec(path=resolved, dtype=dtype or "float32", engine=engine, sections=sections, **spec)
 
 
 def benchmark_choice(named: Iterable[str], default: str, given: Mapping[str, str], *, what: str) -> dict[str, str]:

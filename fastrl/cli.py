@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from fastrl import api  # torch-free to import: `fastrl --help` stays fast
-from fastrl.config import MODEL_DEVICES, MODEL_DTYPES, PROMPT_LENGTH_POLICIES, ROLLOUT_ENGINES
+from fastrl.config import MODEL_DEVICES, MODEL_DTYPES, PROMPT_LENGTH_POLICIES
 from fastrl.logs import LEVELS
 from fastrl.logs import configure as configure_logging
 from fastrl.training.errors import TrainingError
@@ -51,7 +51,7 @@ def cmd_train(args: argparse.Namespace) -> int:
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:
-    results = api.sweep(args.sweep, args.overrides, args.scale)
+    results = api.sweep(args.sweep, args.overrides, args.scale, imports=args.imports)
     if args.json:
         print(json.dumps(results, indent=2))
     else:
@@ -104,11 +104,20 @@ def write_eval(results: dict[str, Any], dirs: dict[str, Path]) -> list[Path]:
 
 
 def check_eval_args(args: argparse.Namespace) -> dict[str, Path]:
-    """Every eval argument that can be checked without a model, checked: the benchmark, template
-    and reward names, the model path, and where the results go (an eval.json there is refused, or
-    moved aside with --force-new). Returns the output folders (write_eval's ``dirs``)."""
+    """Every eval argument that can be checked without a model, checked (after the ``--import``
+    modules, which may register an engine): the engine, benchmark, template and reward names, the
+    model path, and where the results go (an eval.json there is refused, or moved aside with
+    --force-new). Returns the output folders (write_eval's ``dirs``)."""
+    from fastrl.config import import_component_module
+    from fastrl.engines import ROLLOUT_ENGINES
     from fastrl.evaluation import output
 
+    for module in args.imports:
+        import_component_module(module)
+    try:
+        ROLLOUT_ENGINES.entry(args.engine)
+    except ValueError as exc:
+        raise ValueError(f"eval --engine: {exc}") from None
     if args.threads < 0:
         raise ValueError(f"eval --threads {args.threads}: give 0 (torch's default) or a positive number")
     for spec in args.benchmark:
@@ -147,7 +156,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
             seed=args.seed, limit=args.limit, max_prompt_length=args.max_prompt_length,
             prompt_length_policy=args.prompt_length_policy,
             templates=name_value_pairs(args.benchmark_template, flag="--benchmark-template"),
-            rewards=name_value_pairs(args.benchmark_reward, flag="--benchmark-reward"),
+            rewards=name_value_pairs(args.benchmark_reward, flag="--benchmark-reward"), imports=args.imports,
         )
     except FileNotFoundError:
         raise
@@ -193,10 +202,10 @@ def _add_train_parser(sub: Any) -> argparse.ArgumentParser:
     t.add_argument("--scale", default=None, help="smoke | mini | paper (default: the config's, else mini)")
     t.add_argument("--force-new", action="store_true",
                    help="start over in an existing run dir: its contents move to <run_dir>.replaced-<UTC time>/")
-    t.add_argument("--import", dest="imports", action="append", default=[], metavar="MODULE",
-                   help="import MODULE (on PYTHONPATH) before the config is read, so that the components it "
-                        "registers can be chosen and configured (algorithm.pruner=NAME algorithm.SECTION.KEY=V); "
-                        "repeatable; recorded in the run's config.yaml as `imports`")
+    _add_import_flag(t, "before the config is read, so that the components, engines, model sources and tasks it "
+                        "registers can be chosen and configured (algorithm.pruner=NAME algorithm.SECTION.KEY=V, "
+                        "rollout.engine=NAME rollout.SECTION.KEY=V); repeatable; recorded in the run's config.yaml "
+                        "as `imports`")
     t.add_argument("--print-config", action="store_true",
                    help="print the resolved config (defaults, scale, CONFIG, overrides) as YAML and exit")
     t.add_argument("--json", action="store_true",
@@ -206,32 +215,12 @@ def _add_train_parser(sub: Any) -> argparse.ArgumentParser:
     return t
 
 
-def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="fastrl", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    _add_common_flags(p, sub=False)
-    sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
+def _add_import_flag(parser: argparse.ArgumentParser, what: str) -> None:
+    parser.add_argument("--import", dest="imports", action="append", default=[], metavar="MODULE",
+                        help=f"import MODULE (on PYTHONPATH) {what}")
 
-    t = _add_train_parser(sub)
 
-    s = sub.add_parser("sweep", help="run a sweep file: {base: CONFIG, sweep: {key: [values]}}")
-    s.add_argument("sweep")
-    s.add_argument("overrides", nargs="*")
-    s.add_argument("--scale", default=None)
-    s.add_argument("--json", action="store_true", help="end with every point's summary as a JSON list")
-    s.set_defaults(func=cmd_sweep)
-
-    f = sub.add_parser("sft", help="build (or reuse) the SFT warm start of the tiny model; print its path")
-    f.add_argument("config", nargs="?", default="methods/grpo.yaml")
-    f.add_argument("overrides", nargs="*")
-    f.add_argument("--scale", default=None)
-    f.set_defaults(func=cmd_sft)
-
-    d = sub.add_parser("demo", help="GRPO vs FastRL on mini-math, same seed and steps, side by side")
-    d.add_argument("--out", default="runs/demo")
-    d.add_argument("--scale", default="mini")
-    d.add_argument("overrides", nargs="*")
-    d.set_defaults(func=cmd_demo)
-
+def _add_eval_parser(sub: Any) -> argparse.ArgumentParser:
     e = sub.add_parser("eval", help="evaluate a trained run, a model dir or an HF model id on benchmarks",
                        formatter_class=argparse.RawDescriptionHelpFormatter)
     e.epilog_fn = eval_names_help
@@ -239,7 +228,9 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--benchmark", action="append", required=True,
                    help="task[:variant] (a generated benchmark) or NAME=PATH.parquet|jsonl; repeatable; the names "
                         "are listed below")
-    e.add_argument("--engine", choices=list(ROLLOUT_ENGINES), default="hf")
+    e.add_argument("--engine", default="hf",
+                   help="a registered rollout engine: hf, vllm, or a plug-in's (--import its module)")
+    _add_import_flag(e, "first, so that the rollout engine it registers can be chosen with --engine; repeatable")
     e.add_argument("--device", choices=list(MODEL_DEVICES), default="auto",
                    help="hf engine: where the model runs (auto = cuda when available)")
     e.add_argument("--dtype", choices=list(MODEL_DTYPES), default=None,
@@ -278,6 +269,37 @@ def build_parser() -> argparse.ArgumentParser:
                    help="an eval.json already where this one goes moves aside to <folder>.replaced-<UTC time>/ "
                         "(without it, the evaluation stops before loading anything)")
     e.set_defaults(func=cmd_eval)
+    return e
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="fastrl", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    _add_common_flags(p, sub=False)
+    sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
+
+    t = _add_train_parser(sub)
+
+    s = sub.add_parser("sweep", help="run a sweep file: {base: CONFIG, sweep: {key: [values]}}")
+    s.add_argument("sweep")
+    s.add_argument("overrides", nargs="*")
+    s.add_argument("--scale", default=None)
+    s.add_argument("--json", action="store_true", help="end with every point's summary as a JSON list")
+    _add_import_flag(s, "before the sweep's base config is read (as train's --import); repeatable")
+    s.set_defaults(func=cmd_sweep)
+
+    f = sub.add_parser("sft", help="build (or reuse) the SFT warm start of the tiny model; print its path")
+    f.add_argument("config", nargs="?", default="methods/grpo.yaml")
+    f.add_argument("overrides", nargs="*")
+    f.add_argument("--scale", default=None)
+    f.set_defaults(func=cmd_sft)
+
+    d = sub.add_parser("demo", help="GRPO vs FastRL on mini-math, same seed and steps, side by side")
+    d.add_argument("--out", default="runs/demo")
+    d.add_argument("--scale", default="mini")
+    d.add_argument("overrides", nargs="*")
+    d.set_defaults(func=cmd_demo)
+
+    e = _add_eval_parser(sub)
     for sp in (t, s, f, d, e):  # `fastrl train CFG --debug` works as well as `fastrl --debug train CFG`
         _add_common_flags(sp, sub=True)
     return p

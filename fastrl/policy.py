@@ -15,13 +15,12 @@ once and cannot drift apart.
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, field, replace
+from dataclasses import InitVar, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 import torch
 
-from fastrl.config import HFEngineConfig, VLLMEngineConfig
 from fastrl.data.schema import Record
 from fastrl.models.loaders import is_fastrl_tiny_dir, load_policy
 from fastrl.models.device import resolve_dtype
@@ -41,12 +40,15 @@ if TYPE_CHECKING:
 class PolicySpec:
     """What the kit needs to build a policy: a slice of a run config, or ``fastrl eval``'s flags.
 
-    ``dtype`` is the weights' dtype (``float32`` | ``bfloat16``). ``hf`` / ``vllm`` are the
-    engines' own sections (``rollout.hf`` / ``rollout.vllm`` of a run config), each read only by
-    its engine's factory (``fastrl.engines``); ``vllm.dtype`` None means ``dtype``, and
-    ``vllm.max_model_len`` None vLLM's own limit (``from_config`` resolves it to
-    ``data.max_prompt_length + rollout.max_new_tokens``). ``engine_options`` go to the engine's
-    class as extra keywords (benchmarks and tests, e.g. ``cpu_kvcache_space_gib``).
+    ``dtype`` is the weights' dtype (``float32`` | ``bfloat16``). ``sections`` are the engines'
+    own sections by name (``rollout.<section>`` of a run config: ``hf``, ``vllm``, a plug-in's),
+    each read only by its engine's factory (``fastrl.engines``; ``section(name)``, the registered
+    defaults where none is given); ``hf=`` / ``vllm=`` are shorthands for ``sections["hf"]`` /
+    ``["vllm"]``. ``max_sequence_length`` is the longest prompt + response a run makes
+    (``data.max_prompt_length + rollout.max_new_tokens``), what an engine that sizes its cache
+    (vLLM's ``max_model_len`` left unset) sizes it for; None: the engine's own limit.
+    ``engine_options`` go to the engine's class as extra keywords (benchmarks and tests, e.g.
+    ``cpu_kvcache_space_gib``).
     ``min_pixels`` / ``max_pixels`` resize a VL prompt's images as qwen-vl-utils does; fastrl's
     tiny stand-ins always keep their own image size.
     """
@@ -55,17 +57,28 @@ class PolicySpec:
     dtype: str = "float32"
     engine: str = "hf"
     seed: int = 0  # the vLLM engine's sampling seed
-    hf: HFEngineConfig = field(default_factory=HFEngineConfig)
-    vllm: VLLMEngineConfig = field(default_factory=VLLMEngineConfig)
+    sections: Mapping[str, Any] = field(default_factory=dict)
+    max_sequence_length: int | None = None
     engine_options: Mapping[str, Any] = field(default_factory=dict)
     min_pixels: int | None = None
     max_pixels: int | None = None
     reward: str = "math"
     template: str = "fastrl_math"
+    hf: InitVar[Any] = None
+    vllm: InitVar[Any] = None
 
-    def __post_init__(self) -> None:
-        if self.engine not in engines.ROLLOUT_ENGINES:
-            raise ValueError(f"policy engine {self.engine!r} is not one of {', '.join(engines.ROLLOUT_ENGINES)}")
+    def __post_init__(self, hf: Any, vllm: Any) -> None:
+        engines.ROLLOUT_ENGINES.entry(self.engine)  # an unknown engine: one line with the valid names
+        given = {name: value for name, value in (("hf", hf), ("vllm", vllm)) if value is not None}
+        if given:
+            object.__setattr__(self, "sections", {**self.sections, **given})
+
+    def section(self, name: str) -> Any:
+        """The engine section ``name`` (``rollout.<name>``): the one given, else its registered
+        dataclass's defaults."""
+        if name in self.sections:
+            return self.sections[name]
+        return engines.ROLLOUT.sections()[name]()
 
     @classmethod
     def from_config(cls, cfg: FastRLConfig, path: str | Path, *, seed: int) -> PolicySpec:
@@ -73,18 +86,13 @@ class PolicySpec:
         ``seed`` seeds the vLLM engine (training passes ``trainer.seed`` + rank)."""
         r = cfg.rollout
         return cls(
-            path=path, dtype=cfg.model.dtype, engine=r.engine, seed=seed, hf=r.hf,
-            vllm=replace(r.vllm, max_model_len=vllm_max_model_len(cfg)),
+            path=path, dtype=cfg.model.dtype, engine=r.engine, seed=seed,
+            sections={name: getattr(r, name) for name in engines.ROLLOUT.sections()},
+            # The longest prompt kept plus the response budget: the longest sequence a run makes.
+            max_sequence_length=cfg.data.max_prompt_length + r.max_new_tokens,
             min_pixels=cfg.model.min_pixels, max_pixels=cfg.model.max_pixels,
             reward=cfg.data.reward, template=cfg.data.template,
         )
-
-
-def vllm_max_model_len(cfg: FastRLConfig) -> int:
-    """``rollout.vllm.max_model_len``, or when unset the longest sequence a run makes: the
-    longest prompt kept (``data.max_prompt_length``) plus the response budget."""
-    given = cfg.rollout.vllm.max_model_len
-    return given if given is not None else cfg.data.max_prompt_length + cfg.rollout.max_new_tokens
 
 
 @dataclass

@@ -108,3 +108,12 @@ def test_progress_logs_a_tenth_at_a_time_outside_a_terminal(caplog):
 def test_a_finished_run_says_so_with_its_accuracy():
     line = api.closing_line({**SUMMARY, "status": "finished", "message": "runs/x: finished, nothing to do"}, 1.0)
     assert line.startswith("runs/x: finished, nothing to do; val accuracy 0.250 -> 0.375; policy runs/x/final")
+
+
+def test_the_start_line_names_the_model_of_every_source():
+    """The model line comes from the chosen source, not a branch on "path": a GGUF run was
+    described as the tiny model it does not train (issue 29)."""
+    gguf = api.load_run_config("methods/grpo.yaml", ["model.source=gguf", "model.path=pkg/m.gguf"], "smoke")
+    assert api.describe_config(gguf)[1].startswith("model pkg/m.gguf (float32); rollout engine hf")
+    tiny = api.describe_config(api.load_run_config("methods/grpo.yaml", [], "smoke"))[1]
+    assert tiny.startswith("model tiny qwen2 (float32; model.tiny: hidden_size 128, num_layers 1")

@@ -33,6 +33,10 @@ class KeepTop:
     def __init__(self, config: KeepTopConfig) -> None:
         config.check()
         self.config = config
+        self.lowest_kept_reward = 0.0
+
+    def metrics(self) -> dict[str, float]:  # logged with the step, under this pruner's own key
+        return {"keep_top/lowest_kept_reward": self.lowest_kept_reward}
 
     def __call__(self, batch: PruneBatch, *, align_to: int, generator: Any = None) -> PruneResult:
         by_question: dict[Any, list[int]] = {}
@@ -43,4 +47,5 @@ class KeepTop:
             ranked = sorted(members, key=lambda i: -float(batch.rewards[i]))  # stable: batch order breaks ties
             for i in ranked[: math.ceil(self.config.fraction * len(members))]:
                 keep[i] = True
+        self.lowest_kept_reward = min((float(batch.rewards[i]) for i, k in enumerate(keep) if k), default=0.0)
         return prune_result(batch, keep, align_to)  # refilled to a multiple of align_to, as MDAP's step 5

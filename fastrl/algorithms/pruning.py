@@ -40,7 +40,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 from fractions import Fraction
-from typing import Any, ClassVar, Hashable, Mapping, Sequence
+from typing import Any, Callable, ClassVar, Hashable, Mapping, Sequence
 
 import torch
 
@@ -220,6 +220,35 @@ def _similarity_bound(tau: float) -> tuple[int, int]:
     return one_minus.numerator, one_minus.denominator
 
 
+def _release_keeps(seed: int, others: Sequence[int], counts: Callable[[int, int], tuple[int, int]],
+                   num: int, den: int) -> list[int]:
+    """The released rule: keep a member iff its Jaccard similarity to the bucket's seed is below
+    1 - tau, i.e. x * den < num * u (an empty union is J = 1, never below)."""
+    kept = []
+    for i in others:
+        x, u = counts(i, seed)
+        if u > 0 and x * den < num * u:
+            kept.append(i)
+    return kept
+
+
+def _greedy_keeps(seed: int, ordered: Sequence[int], counts: Callable[[int, int], tuple[int, int]],
+                  num: int, den: int) -> list[int]:
+    """The greedy reading, members visited by descending |A| then rank: pruned iff some kept
+    response r has distance 1 - J < tau, i.e. J > 1 - tau."""
+    kept_here = [seed]
+    for i in ordered:
+        close = False
+        for r in kept_here:
+            x, u = counts(i, r)
+            if (x * den > num * u) if u else (1 > Fraction(num, den)):
+                close = True
+                break
+        if not close:
+            kept_here.append(i)
+    return kept_here[1:]
+
+
 def mdap_prune(
     advantages: Tensor | Sequence[float],
     uids: Sequence[Hashable],
@@ -279,23 +308,11 @@ def mdap_prune(
                 x, u = counts(i, seed)
                 sims.append(x / u if u else 1.0)
             if rule == "release":
-                for i in others:
-                    x, u = counts(i, seed)
-                    # J < 1 - tau  <=>  x * den < num * u; an empty union is J = 1 (never below).
-                    keep[i] = u > 0 and x * den < num * u
+                kept = _release_keeps(seed, others, counts, num, den)
             else:
-                kept_here = [seed]
-                for i in sorted(others, key=lambda i: (-abs(qs.adv[i]), slot[i])):
-                    # pruned iff some kept r has distance 1 - J < tau  <=>  J > 1 - tau
-                    close = False
-                    for r in kept_here:
-                        x, u = counts(i, r)
-                        if (x * den > num * u) if u else (1 > Fraction(num, den)):
-                            close = True
-                            break
-                    if not close:
-                        kept_here.append(i)
-                        keep[i] = True
+                kept = _greedy_keeps(seed, sorted(others, key=lambda i: (-abs(qs.adv[i]), slot[i])), counts, num, den)
+            for i in kept:
+                keep[i] = True
     return _result(keep, qs, align_to, num_buckets, sims)
 
 
@@ -438,8 +455,15 @@ def prune_result(batch: PruneBatch, keep: Sequence[bool], align_to: int = 1) -> 
 # section holds its typed section (checked again here, for a pruner built by hand).
 
 
+class PrunerWithoutMetrics:
+    """The built-in pruners log through :class:`PruneResult` alone: nothing of their own."""
+
+    def metrics(self) -> dict[str, float]:
+        return {}
+
+
 @dataclass(frozen=True)
-class KeepAllPruner:
+class KeepAllPruner(PrunerWithoutMetrics):
     """Keeps every response."""
 
     prune_first: ClassVar[bool] = True
@@ -450,7 +474,7 @@ class KeepAllPruner:
 
 
 @dataclass(frozen=True)
-class MDAPPruner:
+class MDAPPruner(PrunerWithoutMetrics):
     """MDAP (:func:`mdap_prune`), released rule or greedy variant, from ``algorithm.mdap``."""
 
     config: MDAPConfig = field(default_factory=MDAPConfig)
@@ -466,7 +490,7 @@ class MDAPPruner:
 
 
 @dataclass(frozen=True)
-class CPPOPruner:
+class CPPOPruner(PrunerWithoutMetrics):
     """CPPO top-k by |A| (:func:`cppo_prune`), from ``algorithm.cppo``. As released
     (``prune_first=False``) the old/ref log-probs are computed on the full batch and pruning comes after."""
 
@@ -486,7 +510,7 @@ class CPPOPruner:
 
 
 @dataclass(frozen=True)
-class RandomPruner:
+class RandomPruner(PrunerWithoutMetrics):
     """Random pruning (:func:`random_prune`), from ``algorithm.random``; draws from ``generator``."""
 
     config: RandomPruneConfig = field(default_factory=RandomPruneConfig)
@@ -502,7 +526,7 @@ class RandomPruner:
 
 
 @dataclass(frozen=True)
-class AdvantageOnlyPruner:
+class AdvantageOnlyPruner(PrunerWithoutMetrics):
     """The seed of every advantage bucket (:func:`advantage_only_prune`)."""
 
     prune_first: ClassVar[bool] = True

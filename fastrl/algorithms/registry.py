@@ -71,7 +71,8 @@ class PromptSelector(Protocol):
 
 
 class GroupFilter(Protocol):
-    """One step's group accumulator (DAPO): the trainer rolls out again until it is ``full``."""
+    """One step's group accumulator (DAPO): the trainer rolls out again until it is ``full``. A
+    fresh one is built each step, so it holds no state to checkpoint."""
 
     @property
     def full(self) -> bool: ...
@@ -85,7 +86,9 @@ class GroupFilter(Protocol):
 
 
 class Pruner(Protocol):
-    """Keeps a subset of the step's responses once advantages are known."""
+    """Keeps a subset of the step's responses once advantages are known. A pruner that carries
+    something from step to step also has ``state_dict()`` / ``load_state_dict(state)`` (as
+    :class:`RolloutScaler`), which the trainer's checkpoint saves and a resume restores."""
 
     @property
     def prune_first(self) -> bool:
@@ -96,6 +99,11 @@ class Pruner(Protocol):
     def __call__(self, batch: PruneBatch, *, align_to: int, generator: torch.Generator | None) -> PruneResult:
         """``batch``: the step's responses (advantages, uids, question ids, response token ids,
         rewards, and every further per-response column the trainer's batch holds)."""
+        ...
+
+    def metrics(self) -> dict[str, float]:
+        """What this pruner logs about its last call, under its own keys (``keep_top/threshold``),
+        beside the kept counts every pruner's :class:`PruneResult` gives; ``{}`` for nothing."""
         ...
 
 
@@ -138,11 +146,15 @@ class Entry:
     the name under ``algorithm.`` and the dataclass it is typed by (None: built from the context
     alone). A factory with a section is called ``factory(section_instance, **context)``.
 
-    ``target`` is the object, or ``"module:attribute"`` imported on first use."""
+    ``target`` is the object, or ``"module:attribute"`` imported on first use. ``check``, if
+    given, is called with the whole run config when it is read and this entry is chosen (what the
+    section alone cannot check, e.g. a model source's ``model.path``); it raises ``ValueError``
+    with the whole message, dotted keys included."""
 
     target: Callable[..., Any] | str
     section: str | None = None
     config: type | None = None
+    check: Callable[[Any], None] | None = None
 
     def __post_init__(self) -> None:
         if (self.section is None) != (self.config is None) or (self.config is not None
@@ -167,6 +179,9 @@ class Registry(MutableMapping[str, Callable[..., Any]]):
         self.kind = kind
         self._entries: dict[str, Entry] = dict(entries or {})
         self._loaded: dict[str, Callable[..., Any]] = {}
+        # The config section this registry's entries put their own sections under (algorithm,
+        # rollout, model, data), set by SectionGroup; None: its entries have no sections.
+        self.group: SectionGroup | None = None
 
     def entry(self, name: str) -> Entry:
         """The entry ``name``; a ``ValueError`` listing the valid names if there is none."""
@@ -198,42 +213,68 @@ class Registry(MutableMapping[str, Callable[..., Any]]):
         return f"Registry({self.kind!r}: {', '.join(self)})"
 
 
-def register(registry: Registry, name: str, *, section: str | None = None,
-             config: type | None = None) -> Callable[[F], F]:
-    """Decorator adding a component under ``name`` (once), built from ``algorithm.<section>``, an
-    instance of the dataclass ``config``."""
+def register(registry: Registry, name: str, *, section: str | None = None, config: type | None = None,
+             check: Callable[[Any], None] | None = None) -> Callable[[F], F]:
+    """Decorator adding an entry under ``name`` (once), built from ``<group>.<section>``
+    (``algorithm.<section>`` for a component, ``rollout.<section>`` for an engine, ...), an
+    instance of the dataclass ``config``; ``check`` as :class:`Entry`'s."""
 
     def deco(obj: F) -> F:
         if name in registry:
             raise ValueError(f"{registry.kind} {name!r} is already registered ({registry.entry(name).target!r})")
-        entry = Entry(obj, section, config)
-        if section is not None:
-            _check_section(section, config, sections())
+        entry = Entry(obj, section, config, check)
+        if section is not None and registry.group is not None:  # a registry outside the config: bind() alone
+            registry.group.check_new(section, config)
         registry[name] = entry
         return obj
 
     return deco
 
 
-def _check_section(name: str, config: type | None, known: Mapping[str, type]) -> None:
-    """One dataclass per section name; the names of ``cfg.algorithm``'s own keys are taken."""
-    if name in ALGORITHM_KEYS or not name.isidentifier():
-        raise ValueError(f"config section {name!r} is not available: it must be a Python identifier other "
-                         f"than the keys of algorithm ({', '.join(ALGORITHM_KEYS)})")
-    if name in known and known[name] is not config:
-        raise ValueError(f"config section {name!r} is already typed by {known[name].__module__}."
-                         f"{known[name].__qualname__}; give the new component another section name")
+@dataclasses.dataclass
+class SectionGroup:
+    """A config section whose subsections are the ones its registries' entries declare:
+    ``algorithm.<section>`` (components), ``rollout.<engine>``, ``model.<source>``,
+    ``data.<task>``. ``reserved`` are the group's own keys (its base dataclass's fields), which
+    no section may take; ``tables`` fill in as the registries are created, in config.yaml's order."""
+
+    key: str
+    reserved: tuple[str, ...]
+    tables: tuple[Registry, ...]
+
+    def __post_init__(self) -> None:
+        for table in self.tables:
+            table.group = self
+
+    def sections(self) -> dict[str, type]:
+        """Every registered section, name -> dataclass, in registration order (built-ins first)."""
+        out: dict[str, type] = {}
+        for table in self.tables:
+            for entry in table._entries.values():
+                if entry.section is not None and entry.config is not None:
+                    out.setdefault(entry.section, entry.config)
+        return out
+
+    def check_new(self, name: str, config: type | None) -> None:
+        """One dataclass per section name; the names of the group's own keys are taken."""
+        if name in self.reserved or not name.isidentifier():
+            raise ValueError(f"config section {name!r} is not available: it must be a Python identifier other "
+                             f"than the keys of {self.key} ({', '.join(self.reserved)})")
+        known = self.sections()
+        if name in known and known[name] is not config:
+            raise ValueError(f"config section {name!r} is already typed by {known[name].__module__}."
+                             f"{known[name].__qualname__}; give the new entry another section name")
+
+    def used(self, choices: Sequence[tuple[Registry, str]]) -> set[str]:
+        """The sections read by the chosen entries, ``(registry, name)`` each (unknown names: none)."""
+        return {r.entry(n).section for r, n in choices if n in r and r.entry(n).section}  # type: ignore[misc]
 
 
 def sections() -> dict[str, type]:
-    """Every registered config section, name -> dataclass: the built-in ones in the order a run's
-    config.yaml lists them (pruners, rollout scalers, prompt selectors, group filters), plug-ins after."""
-    out: dict[str, type] = {}
-    for table in COMPONENT_REGISTRIES:
-        for entry in table._entries.values():
-            if entry.section is not None and entry.config is not None:
-                out.setdefault(entry.section, entry.config)
-    return out
+    """Every registered component section (``algorithm.<section>``), name -> dataclass: the built-in
+    ones in the order a run's config.yaml lists them (pruners, rollout scalers, prompt selectors,
+    group filters), plug-ins after."""
+    return ALGORITHM.sections()
 
 
 def get(registry: Registry, name: str) -> Callable[..., Any]:
@@ -303,3 +344,5 @@ ADVANTAGE_ESTIMATORS = Registry("advantage", {
 })
 # The registries whose components may have a config section, in config.yaml's order of sections.
 COMPONENT_REGISTRIES: tuple[Registry, ...] = (PRUNERS, ROLLOUT_SCALERS, PROMPT_SELECTORS, GROUP_FILTERS)
+# algorithm.<section>: the sections of those registries' components.
+ALGORITHM = SectionGroup("algorithm", ALGORITHM_KEYS, COMPONENT_REGISTRIES)

@@ -16,12 +16,12 @@ never imports ``fastrl.mini``. Loading a model (hub id, checkpoint or tiny direc
 ``fastrl.models.loaders``, which recognises a tiny directory by its marker file but does not
 import this package.
 
-Where the paper path branches to the mini scale: in the callers above it, never below.
-``fastrl.training.setup`` asks ``source`` for the warm start when ``model.source = tiny`` (it never
-builds or trains a model itself) and generates the task when ``data.task`` is not ``files``;
-``fastrl.api.parse_benchmark`` generates a task named as an eval benchmark. ``fastrl.mini`` itself builds on ``fastrl.data``, ``fastrl.models``,
+Where the paper path reaches the mini scale: only through the registries, by name. The ``tiny``
+model source (``fastrl.sources``: ``source.tiny_policy_dir``) and the generated tasks
+(``fastrl.tasks``: ``tasks.generated_splits``) are registry entries written as
+``"module:attribute"`` strings, imported when a run chooses them; ``fastrl.training`` never imports
+this package. (``fastrl.api``'s generated eval benchmarks, ``--benchmark mini-math``, import
+``tasks`` directly.) ``fastrl.mini`` itself builds on ``fastrl.data``, ``fastrl.models``,
 ``fastrl.rollout`` and ``fastrl.policy``, so ``models``, ``data`` and ``rollout`` must not import
-it (tests/test_imports.py forbids the cycle); a registry that mini fills at import time would
-also work, but then someone must import mini first, and a direct call in the caller is simpler
-to follow.
+it (tests/test_imports.py forbids the cycle).
 """

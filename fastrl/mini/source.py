@@ -1,7 +1,8 @@
 """``model.source = tiny``: the tiny model of ``model.kind`` / ``model.tiny`` and its SFT warm start.
 
-The run's policy then is this cached directory, built and trained here (``fastrl.training.setup``
-only chooses the source and lets rank 0 call :func:`tiny_policy_dir`; the other ranks wait for it).
+The run's policy then is this cached directory, built and trained here: :func:`tiny_policy_dir`
+is the ``tiny`` entry of ``fastrl.sources.MODEL_SOURCES`` (``fastrl.training.setup`` looks the
+source up by name and lets rank 0 call it; the other ranks wait for it).
 """
 
 from __future__ import annotations
@@ -10,15 +11,17 @@ from pathlib import Path
 
 import torch
 
-from fastrl.config import FastRLConfig
+from fastrl.config import FastRLConfig, TinyModelConfig
 from fastrl.mini.builders import TinyModelSpec
 from fastrl.mini.sft import SelectionSettings, default_cache_root, warm_start
+from fastrl.models.device import resolve_device
 
 
-def tiny_policy_dir(cfg: FastRLConfig, device: torch.device) -> Path:
-    """The cached SFT warm start of ``cfg``'s tiny model on its generated task, trained on ``device``
-    the first time it is asked for."""
-    tiny = cfg.model.tiny
+def tiny_policy_dir(tiny: TinyModelConfig, cfg: FastRLConfig, device: torch.device | None = None) -> Path:
+    """The cached SFT warm start of ``cfg``'s tiny model (``tiny``: its ``model.tiny`` section) on
+    its generated task, trained on ``device`` (None: ``model.device`` resolved) the first time it is
+    asked for."""
+    device = device or resolve_device(cfg.model.device)
     return warm_start(
         cfg.data.task, TinyModelSpec.from_model_config(cfg.model), out_root=default_cache_root(), seed=cfg.data.seed,
         steps=tiny.sft_steps, lr=tiny.sft_lr, batch_size=tiny.sft_batch_size, template=cfg.data.template,

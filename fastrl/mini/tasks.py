@@ -33,13 +33,15 @@ from __future__ import annotations
 import hashlib
 import random
 from dataclasses import dataclass
-from typing import Callable
+from typing import Any, Callable
 
 from PIL import Image, ImageDraw
 
 from fastrl.data.schema import IMAGE_PLACEHOLDER, Record
+from fastrl.data.splits import Split, TaskSplits
+from fastrl.tasks import GENERATED_TASKS
 
-TASKS: tuple[str, ...] = ("mini-math", "mini-geo", "mini-box")
+TASKS: tuple[str, ...] = GENERATED_TASKS  # registered in fastrl.tasks (data.task) by these names
 VARIANTS: dict[str, tuple[str, ...]] = {
     "mini-math": ("default", "long", "swap"),
     "mini-geo": ("default", "total"),
@@ -518,3 +520,17 @@ def generate_task(name: str, *, split: str, num: int, seed: int, variant: str = 
             )
         )
     return records
+
+
+def generated_splits(data: Any) -> TaskSplits:
+    """The generated tasks' entry of ``fastrl.tasks.TASKS``: ``data.num_train`` training and
+    ``data.num_val`` validation problems of task ``data.task`` (variant ``data.variant``), and
+    ``data.num_val`` validation problems of each ``data.ood_variants`` variant."""
+    def generated(split: str, num: int, variant: str) -> Split:
+        records = generate_task(data.task, split=split, num=num, seed=data.seed, variant=variant)
+        label = f"{data.task} {split}" if variant == data.variant else f"{data.task}:{variant} {split}"
+        return Split(records, [(label, i) for i in range(len(records))])
+
+    return TaskSplits(train=generated("train", data.num_train, data.variant),
+                      val=generated("val", data.num_val, data.variant),
+                      ood={v: generated("val", data.num_val, v) for v in data.ood_variants})

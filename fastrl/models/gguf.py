@@ -81,6 +81,11 @@ def default_gguf_cache() -> Path:
     return (Path(root).expanduser() if root else REPO_ROOT / ".cache") / "gguf"
 
 
+def gguf_source(cfg: Any, device: Any = None) -> Path:
+    """The ``gguf`` model source (``fastrl.sources``): ``model.path``'s cached HF conversion."""
+    return gguf_policy_dir(cfg.model.path)
+
+
 def gguf_policy_dir(spec: str, cache_root: Path | None = None) -> Path:
     """The cached HF directory of the GGUF file ``spec`` names, converted the first time."""
     src = locate_gguf(spec)

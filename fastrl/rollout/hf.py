@@ -427,8 +427,8 @@ class HFRolloutEngine:
         self.num_synced_tensors += copied
 
 
-def build_hf_engine(spec: Any, context: EngineContext) -> HFRolloutEngine:
+def build_hf_engine(config: Any, spec: Any, context: EngineContext) -> HFRolloutEngine:
     """The registry's ``hf`` factory (``fastrl.engines``): samples from ``context.model`` itself,
-    configured by ``spec.hf`` (``rollout.hf``) of the ``fastrl.policy.PolicySpec``."""
+    configured by ``config``, its section (``rollout.hf``: a ``fastrl.sections.HFEngineConfig``)."""
     return HFRolloutEngine(context.model, context.tokenizer, eos_token_ids=context.stop_token_ids,
-                           pad_token_id=context.pad_token_id, batch_size=spec.hf.batch_size)
+                           pad_token_id=context.pad_token_id, batch_size=config.batch_size)

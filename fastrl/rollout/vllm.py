@@ -342,28 +342,12 @@ class VLLMRolloutEngine:
             and torch.distributed.get_world_size() > 1
         ):
             distributed_executor_backend = "external_launcher"
-
-        kwargs: dict[str, Any] = dict(
-            model=str(model_dir),
-            tokenizer=str(tokenizer_dir if tokenizer_dir is not None else model_dir),
-            seed=seed,
-            max_model_len=max_model_len,
-            gpu_memory_utilization=gpu_memory_utilization,
-            dtype=dtype,
-            enforce_eager=enforce_eager,
-            enable_prefix_caching=enable_prefix_caching,
-            enable_sleep_mode=enable_sleep_mode,
-            # Raw log-probs: log-softmax of the model's logits before temperature/top-p/top-k,
-            # i.e. what the trainer computes at temperature 1.
-            logprobs_mode="raw_logprobs",
-        )
-        if limit_mm_per_prompt is not None:
-            kwargs["limit_mm_per_prompt"] = dict(limit_mm_per_prompt)
-        if max_num_seqs is not None:
-            kwargs["max_num_seqs"] = max_num_seqs
-        if distributed_executor_backend is not None:
-            kwargs["distributed_executor_backend"] = distributed_executor_backend
-        kwargs.update(dict(engine_kwargs or {}))
+        kwargs = _llm_kwargs(
+            model_dir, tokenizer_dir, seed=seed, max_model_len=max_model_len,
+            gpu_memory_utilization=gpu_memory_utilization, dtype=dtype, enforce_eager=enforce_eager,
+            enable_prefix_caching=enable_prefix_caching, enable_sleep_mode=enable_sleep_mode,
+            limit_mm_per_prompt=limit_mm_per_prompt, max_num_seqs=max_num_seqs,
+            distributed_executor_backend=distributed_executor_backend, engine_kwargs=engine_kwargs)
 
         t0 = time.perf_counter()
         self._llm = _start_llm(kwargs)
@@ -415,10 +399,22 @@ class VLLMRolloutEngine:
         ``response_ids`` include the EOS token when generation stopped on it (as HF generate);
         ``logprobs[t]`` is the engine's raw log-prob of ``response_ids[t]``.
         """
-        from vllm import SamplingParams
-
         self._check_awake("generate")
         counts = expand_n(n, len(prompts))
+        requests, params, owners = self._requests(prompts, counts, sampling)
+        if not requests:
+            return []
+        outputs = self._llm.generate(requests, params, use_tqdm=False)
+        if self.progress is not None:  # vLLM schedules every request at once: reported when all are done
+            self.progress(sum(counts))
+        return self._responses(prompts, counts, owners, outputs)
+
+    def _requests(self, prompts: Sequence[PromptInput], counts: Sequence[int],
+                  sampling: SamplingConfig) -> tuple[list[Any], list[Any], list[int]]:
+        """One vLLM request per prompt with a count above 0: (prompts, sampling params, the index
+        of the prompt each belongs to)."""
+        from vllm import SamplingParams
+
         seeds = request_seeds(sampling.seed, counts)
         requests: list[Any] = []
         params: list[Any] = []
@@ -441,11 +437,12 @@ class VLLMRolloutEngine:
                 )
             )
             owners.append(i)
-        if not requests:
-            return []
-        outputs = self._llm.generate(requests, params, use_tqdm=False)
-        if self.progress is not None:  # vLLM schedules every request at once: reported when all are done
-            self.progress(sum(counts))
+        return requests, params, owners
+
+    @staticmethod
+    def _responses(prompts: Sequence[PromptInput], counts: Sequence[int], owners: Sequence[int],
+                   outputs: Sequence[Any]) -> list[Response]:
+        """vLLM's outputs as :class:`Response` s, prompt-major, each with its raw log-probs."""
         responses: list[Response] = []
         for owner, out in zip(owners, outputs):
             completions = sorted(out.outputs, key=lambda c: c.index)
@@ -611,13 +608,51 @@ def sleep_mode_available(platform: Any) -> bool:
     return False
 
 
-def build_vllm_engine(spec: Any, context: EngineContext) -> VLLMRolloutEngine:
+def max_model_len_of(config: Any, spec: Any) -> int | None:
+    """``rollout.vllm.max_model_len``, or when unset the longest sequence the caller makes
+    (``spec.max_sequence_length``: the longest prompt kept plus the response budget)."""
+    return config.max_model_len if config.max_model_len is not None else spec.max_sequence_length
+
+
+def _llm_kwargs(model_dir: str | os.PathLike[str], tokenizer_dir: str | os.PathLike[str] | None, *, seed: int,
+                max_model_len: int | None, gpu_memory_utilization: float, dtype: str, enforce_eager: bool,
+                enable_prefix_caching: bool, enable_sleep_mode: bool, limit_mm_per_prompt: Mapping[str, int] | None,
+                max_num_seqs: int | None, distributed_executor_backend: str | None,
+                engine_kwargs: Mapping[str, Any] | None) -> dict[str, Any]:
+    """The keywords of ``vllm.LLM`` for :class:`VLLMRolloutEngine` (``engine_kwargs`` last: they win)."""
+    kwargs: dict[str, Any] = dict(
+        model=str(model_dir),
+        tokenizer=str(tokenizer_dir if tokenizer_dir is not None else model_dir),
+        seed=seed,
+        max_model_len=max_model_len,
+        gpu_memory_utilization=gpu_memory_utilization,
+        dtype=dtype,
+        enforce_eager=enforce_eager,
+        enable_prefix_caching=enable_prefix_caching,
+        enable_sleep_mode=enable_sleep_mode,
+        # Raw log-probs: log-softmax of the model's logits before temperature/top-p/top-k,
+        # i.e. what the trainer computes at temperature 1.
+        logprobs_mode="raw_logprobs",
+    )
+    if limit_mm_per_prompt is not None:
+        kwargs["limit_mm_per_prompt"] = dict(limit_mm_per_prompt)
+    if max_num_seqs is not None:
+        kwargs["max_num_seqs"] = max_num_seqs
+    if distributed_executor_backend is not None:
+        kwargs["distributed_executor_backend"] = distributed_executor_backend
+    kwargs.update(dict(engine_kwargs or {}))
+    return kwargs
+
+
+def build_vllm_engine(config: Any, spec: Any, context: EngineContext) -> VLLMRolloutEngine:
     """The registry's ``vllm`` factory (``fastrl.engines``): a colocated engine loading its own copy
     of ``spec.path`` (``context.model`` is not used: vLLM reads the checkpoint), configured by
-    ``spec.vllm`` (``rollout.vllm``) of the ``fastrl.policy.PolicySpec`` alone."""
-    v = spec.vllm
+    ``config``, its section (``rollout.vllm``: a ``fastrl.sections.VLLMEngineConfig``) alone.
+    ``max_model_len`` unset: ``spec.max_sequence_length``, the longest sequence the caller makes."""
+    v = config
     return VLLMRolloutEngine(
-        str(spec.path), seed=spec.seed, max_model_len=v.max_model_len, gpu_memory_utilization=v.gpu_memory_utilization,
+        str(spec.path), seed=spec.seed, max_model_len=max_model_len_of(v, spec),
+        gpu_memory_utilization=v.gpu_memory_utilization,
         dtype=v.dtype or spec.dtype, enforce_eager=v.enforce_eager, sync_method=v.sync_method,  # type: ignore[arg-type]
         enable_sleep_mode=v.sleep, stop_token_ids=context.stop_token_ids,
         **dict(spec.engine_options),

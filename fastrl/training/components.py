@@ -29,6 +29,23 @@ class Components:
     advantage: AdvantageEstimator
 
 
+    def state_dict(self) -> dict[str, Any]:
+        """What the components carry from step to step, for the checkpoint: ARS's and GRESO's
+        state, and a pruner's where it holds any (``state_dict``; the built-in pruners hold none,
+        so their checkpoints have no ``pruner`` key)."""
+        state = {"rollout_scaler": self.rollout_scaler.state_dict(),
+                 "prompt_selector": self.prompt_selector.state_dict()}
+        if hasattr(self.pruner, "state_dict"):
+            state["pruner"] = self.pruner.state_dict()
+        return state
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.rollout_scaler.load_state_dict(state["rollout_scaler"])
+        self.prompt_selector.load_state_dict(state["prompt_selector"])
+        if hasattr(self.pruner, "load_state_dict") and "pruner" in state:
+            self.pruner.load_state_dict(state["pruner"])
+
+
 def build_components(cfg: FastRLConfig) -> Components:
     a = cfg.algorithm
     return Components(

@@ -60,13 +60,16 @@ def unused_prefixes(flat: Mapping[str, Any]) -> tuple[str, ...]:
     """Key prefixes of the sections a run with this (flattened, current-schema) config does not read."""
     from fastrl.algorithms import registry
     from fastrl.engines import ROLLOUT_ENGINES
+    from fastrl.sources import MODEL_SOURCES
+    from fastrl.tasks import TASKS
 
-    chosen = [(r, str(flat.get(f"algorithm.{r.kind}"))) for r in registry.COMPONENT_REGISTRIES]
-    used = {r.entry(name).section for r, name in chosen if name in r}
-    out = [f"algorithm.{name}." for name in registry.sections() if name not in used]
-    out += [f"rollout.{name}." for name in ROLLOUT_ENGINES if name != flat.get("rollout.engine")]
-    if flat.get("model.source") != "tiny":
-        out.append("model.tiny.")
+    # Each registry with the config key that chooses its entry.
+    choosers = [*((r, f"algorithm.{r.kind}") for r in registry.COMPONENT_REGISTRIES),
+                (ROLLOUT_ENGINES, "rollout.engine"), (MODEL_SOURCES, "model.source"), (TASKS, "data.task")]
+    out: list[str] = []
+    for group in {id(r.group): r.group for r, _ in choosers if r.group is not None}.values():
+        used = group.used([(r, str(flat.get(key))) for r, key in choosers if r.group is group])
+        out += [f"{group.key}.{name}." for name in group.sections() if name not in used]
     return tuple(out)
 
 

@@ -99,7 +99,7 @@ class Trainer:
             self.train_records, self.val_records, self.ood_records = limit_prompts(
                 splits, within_limit=self._within_prompt_limit)
             check_enough_prompts(cfg, len(self.train_records), after=" within data.max_prompt_length")
-            self.ood_formats = ood_formats(cfg, self.ood_records)
+            self.ood_formats = ood_formats(cfg, self.ood_records, own=splits.own_ood_formats)
             if dist.is_main():  # the run's identity, written once (model and data were built)
                 write_identity(self.run_dir, cfg)
             dist.barrier()
@@ -350,7 +350,7 @@ class Trainer:
         with timer.stage("prune"):
             result = self.prune(batch)
             kept = batch.select(result.kept.tolist())
-        prune_metrics = result.metrics(len(batch))
+        prune_metrics = {**result.metrics(len(batch)), **self.components.pruner.metrics()}
         g = torch.Generator().manual_seed(cfg.trainer.seed * 15_485_863 + self.state.step)
         plan = rank_plan(plan_minibatches(
             len(kept), mode=cfg.trainer.update_mode, updates_per_step=cfg.trainer.updates_per_step,
@@ -464,15 +464,13 @@ class Trainer:
     def state_dict(self) -> dict[str, Any]:
         return {
             "train_state": vars(self.state).copy(),
-            "rollout_scaler": self.components.rollout_scaler.state_dict(),
-            "prompt_selector": self.components.prompt_selector.state_dict(),
+            **self.components.state_dict(),
             "config": to_dict(self.cfg),
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.state = TrainState(**state["train_state"])
-        self.components.rollout_scaler.load_state_dict(state["rollout_scaler"])
-        self.components.prompt_selector.load_state_dict(state["prompt_selector"])
+        self.components.load_state_dict(state)
 
     def save(self) -> None:
         from fastrl.training.checkpoint import save_checkpoint
@@ -600,13 +598,13 @@ def validation_metrics(samples: Sequence[tuple[int, float, float]], k: int) -> d
             K.VAL_ACCURACY_SE: avg_at_k_standard_error(list(by_problem.values()))}
 
 
-def ood_formats(cfg: FastRLConfig, ood: dict[str, list[Record]]) -> dict[str, tuple[str, str]]:
-    """(template, reward) per OOD benchmark: a file's own (fastrl.evaluation.benchmarks); a
-    generated task's variants share the training pair."""
+def ood_formats(cfg: FastRLConfig, ood: dict[str, list[Record]], *, own: bool) -> dict[str, tuple[str, str]]:
+    """(template, reward) per OOD benchmark: with ``own`` (the task says so: files) each its own
+    benchmark's (fastrl.evaluation.benchmarks); else the training pair (a generated task's variants)."""
     from fastrl.evaluation.benchmarks import benchmark_format
 
     training = (cfg.data.template, cfg.data.reward)
-    if cfg.data.task != "files":
+    if not own:
         return {name: training for name in ood}
     formats = {name: benchmark_format(name, records, training) for name, records in ood.items()}
     if dist.is_main():

@@ -14,42 +14,31 @@ from typing import Any, Callable, Sequence
 
 import torch
 
+from fastrl.algorithms.registry import bind
 from fastrl.config import FastRLConfig, check_engine_installed
 from fastrl.data.schema import Record
-from fastrl.models.device import module_device, resolve_device
+from fastrl.data.splits import DataError, Split, TaskSplits
+from fastrl.models.device import module_device
 from fastrl.models.inputs import PromptInput
 from fastrl.policy import PolicyKit, PolicySpec, assemble_policy_kit, load_model
 from fastrl.rollout.base import RolloutEngine, SamplingConfig
+from fastrl.sources import MODEL_SOURCES
+from fastrl.tasks import TASKS
 from fastrl.training import distributed as dist
 from fastrl.training.backends import BACKENDS, backend_name
 from fastrl.training.batch import RolloutBatch
 
-
-class DataError(ValueError):
-    """A dataset named in the config cannot be used; the message names the file or key."""
+__all__ = ["DataError", "PolicyBundle", "build_policy", "load_datasets", "load_dataset_splits", "resolve_policy_path"]
 
 
 def resolve_policy_path(cfg: FastRLConfig, device: torch.device | None = None) -> str | Path:
-    """The policy to train: ``model.path`` for ``model.source = path`` (a folder, else a hub id);
-    for ``gguf`` the cached HF conversion of the GGUF file (``fastrl.models.gguf``); for ``tiny``
-    the tiny model's cached SFT warm start, which ``fastrl.mini`` builds and trains on ``device``
-    (default: ``model.device`` resolved). Only rank 0 builds a cached directory; the others wait
-    for it."""
-    if cfg.model.source == "path":
-        return Path(cfg.model.path) if Path(cfg.model.path).exists() else cfg.model.path
-    path = _build_policy_dir(cfg, device) if dist.is_main() else None
-    return Path(dist.broadcast_object(str(path) if path else None))
-
-
-def _build_policy_dir(cfg: FastRLConfig, device: torch.device | None) -> Path:
-    """The cached directory of a built source (rank 0 only): a GGUF conversion or a tiny warm start."""
-    if cfg.model.source == "gguf":
-        from fastrl.models.gguf import gguf_policy_dir
-
-        return gguf_policy_dir(cfg.model.path)
-    from fastrl.mini.source import tiny_policy_dir
-
-    return tiny_policy_dir(cfg, device or resolve_device(cfg.model.device))
+    """The policy to train, from the factory ``model.source`` names in ``fastrl.sources``:
+    ``model.path`` (``path``), a GGUF file's cached HF conversion (``gguf``), the tiny model's cached
+    SFT warm start (``tiny``, trained on ``device``; default ``model.device`` resolved), or a
+    plug-in's. Only rank 0 asks the source (a source that builds a cached directory builds it
+    once); the others wait for its answer."""
+    path = bind(MODEL_SOURCES, cfg.model.source, cfg.model)(cfg, device) if dist.is_main() else None
+    return dist.broadcast_object(path)
 
 
 @dataclass
@@ -250,54 +239,20 @@ def load_datasets(
     return limit_prompts(load_dataset_splits(cfg), within_limit)
 
 
-@dataclass
-class DatasetSplits:
-    """A run's records by split, with where each came from; checked as a whole, no model needed."""
-
-    train: _Split
-    val: _Split
-    ood: dict[str, _Split]
-
-
-def load_dataset_splits(cfg: FastRLConfig) -> DatasetSplits:
-    """The configured task's splits, checked as a whole: no empty file, no uid twice within a
-    split (nor one uid for two different records across splits: the trainer's prompt cache is keyed
-    by uid), and every ground truth gradable by ``data.reward``. Each error names the file(s) and
-    row(s). Training records get the release's question id (``row_id``: the row over the training
-    files, file after file)."""
-    d = cfg.data
-    if d.task == "files":
-        if not d.train_files:
-            raise DataError("data.task = files needs data.train_files (paths to canonical parquet/jsonl)")
-        train = _load_split(d.train_files, "data.train_files")
-        for row, r in enumerate(train.records):  # the release's question_id: start offset + row
-            r.row_id = row
-        val = _load_split(d.val_files, "data.val_files")
-        ood = {}
-        for f in d.ood_variants:
-            name = Path(f).stem
-            if name in ood:
-                raise DataError(f"data.ood_variants: {ood[name].where[0][0]!r} and {f!r} have the same benchmark name "
-                                f"{name!r} (the file stem); rename one")
-            ood[name] = _load_split([f], "data.ood_variants")
-    else:
-        from fastrl.mini.tasks import generate_task
-
-        def generated(split: str, num: int, variant: str) -> _Split:
-            records = generate_task(d.task, split=split, num=num, seed=d.seed, variant=variant)
-            label = f"{d.task} {split}" if variant == d.variant else f"{d.task}:{variant} {split}"
-            return _Split(records, [(label, i) for i in range(len(records))])
-
-        train = generated("train", d.num_train, d.variant)
-        val = generated("val", d.num_val, d.variant)
-        ood = {v: generated("val", d.num_val, v) for v in d.ood_variants}
-        if not train.records:
-            raise DataError(f"data.task = {d.task!r} generated no training records (data.num_train = {d.num_train})")
-    splits = {"train": train, "val": val, **{f"ood {k}": v for k, v in ood.items()}}
-    _refuse_conflicting_uids(splits)
-    for split in splits.values():
-        _check_ground_truths(split, d.reward)
-    return DatasetSplits(train, val, ood)
+def load_dataset_splits(cfg: FastRLConfig) -> TaskSplits:
+    """The splits of the task ``data.task`` names (``fastrl.tasks``: ``files``, a generated mini
+    task, or a plug-in's), checked as a whole: no empty file, no uid twice within a split (nor one
+    uid for two different records across splits: the trainer's prompt cache is keyed by uid), and
+    every ground truth gradable by ``data.reward``. Each error names the file(s) and row(s)."""
+    splits: TaskSplits = bind(TASKS, cfg.data.task, cfg.data)(cfg.data)
+    if not splits.train.records:
+        raise DataError(f"data.task = {cfg.data.task!r} gave no training records (data.num_train = "
+                        f"{cfg.data.num_train})")
+    named = {"train": splits.train, "val": splits.val, **{f"ood {k}": v for k, v in splits.ood.items()}}
+    _refuse_conflicting_uids(named)
+    for split in named.values():
+        _check_ground_truths(split, cfg.data.reward)
+    return splits
 
 
 def check_enough_prompts(cfg: FastRLConfig, num_train: int, after: str = "") -> None:
@@ -305,18 +260,17 @@ def check_enough_prompts(cfg: FastRLConfig, num_train: int, after: str = "") -> 
     smaller than trainer.prompts_per_step cannot fill one step: refused, with the numbers."""
     need = cfg.trainer.prompts_per_step
     if num_train < need:
-        source = ", ".join(cfg.data.train_files) if cfg.data.task == "files" else \
-            f"data.task={cfg.data.task} with data.num_train={cfg.data.num_train}"
+        source = ", ".join(cfg.data.train_files) or f"data.task={cfg.data.task} with data.num_train={cfg.data.num_train}"
         raise DataError(f"{source}: {num_train} training prompts{after} < trainer.prompts_per_step={need} "
                         f"(a step rolls out that many distinct prompts); use more training prompts or lower "
                         f"trainer.prompts_per_step")
 
 
 def limit_prompts(
-    splits: DatasetSplits, within_limit: Callable[[list[Record], str], list[Record]] | None,
+    splits: TaskSplits, within_limit: Callable[[list[Record], str], list[Record]] | None,
 ) -> tuple[list[Record], list[Record], dict[str, list[Record]]]:
     """Each file (or generated split) of ``splits`` cut to ``within_limit(records, where)``."""
-    def cut(split: _Split) -> list[Record]:
+    def cut(split: Split) -> list[Record]:
         if within_limit is None:
             return list(split.records)
         by_file: dict[str, list[Record]] = {}
@@ -327,36 +281,7 @@ def limit_prompts(
     return cut(splits.train), cut(splits.val), {k: cut(v) for k, v in splits.ood.items()}
 
 
-@dataclass
-class _Split:
-    """A split's records and where each came from: (file, row)."""
-
-    records: list[Record]
-    where: list[tuple[str, int]]
-
-
-def _load_split(files: Sequence[str], key: str) -> _Split:
-    """Every file of a split (an empty file is an error), with no uid twice across them."""
-    from fastrl.data.loaders import load_records_report
-
-    split = _Split([], [])
-    first: dict[str, tuple[str, int]] = {}
-    for f in files:
-        report = load_records_report(f)
-        if not report.records:
-            raise DataError(f"{key}: {f!r} has no records (an empty file); fill it or remove it from {key}")
-        for rec, row in zip(report.records, report.rows):
-            if rec.uid in first:
-                f0, row0 = first[rec.uid]
-                raise DataError(f"{key}: uid {rec.uid!r} is in {f0!r} row {row0} and in {f!r} row {row}; uids must be "
-                                "unique (prompts are cached by uid, so one would be trained on the other's prompt)")
-            first[rec.uid] = (f, row)
-            split.records.append(rec)
-            split.where.append((f, row))
-    return split
-
-
-def _refuse_conflicting_uids(splits: dict[str, _Split]) -> None:
+def _refuse_conflicting_uids(splits: dict[str, Split]) -> None:
     """One uid may appear in two splits only for the same record (problem, answer, choices and
     image count): the prompt cache would otherwise serve one split the other's prompt."""
     seen: dict[str, tuple[str, Record, tuple[str, int]]] = {}
@@ -373,7 +298,7 @@ def _identity(rec: Record) -> tuple[Any, ...]:
     return rec.problem, rec.answer, rec.choices, len(rec.images)
 
 
-def _check_ground_truths(split: _Split, reward: str) -> None:
+def _check_ground_truths(split: Split, reward: str) -> None:
     from fastrl.data.schema import RecordError
     from fastrl.rewards import ground_truth_problem
 

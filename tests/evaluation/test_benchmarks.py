@@ -34,9 +34,13 @@ def test_each_prepared_benchmark_has_its_own_pair():
 
 def test_ood_files_get_their_format_generated_tasks_the_training_one():
     files = load_config("methods/grpo.yaml", ["data.task=files", "model.source=path", "model.path=some/model", "data.template=fastrl_math"], scale="smoke")
-    assert ood_formats(files, {"mathvision_testmini": [MC]}) == {"mathvision_testmini": ("fastrl_mc", "mc")}
+    assert ood_formats(files, {"mathvision_testmini": [MC]}, own=True) == {"mathvision_testmini": ("fastrl_mc", "mc")}
     task = load_config("methods/grpo.yaml", [], scale="smoke")
-    assert ood_formats(task, {"long": [MC]}) == {"long": (task.data.template, task.data.reward)}
+    assert ood_formats(task, {"long": [MC]}, own=False) == {"long": (task.data.template, task.data.reward)}
+    # Which one a run uses is its task's to say (fastrl.tasks): a generated task's variants share the training pair.
+    from fastrl.mini.tasks import generated_splits
+
+    assert generated_splits(task.data).own_ood_formats is False
 
 
 class _Encoder:

@@ -42,7 +42,7 @@ def _eval(model, **kw):
 def test_vllm_eval_defaults_to_the_checkpoints_dtype(fp32_model, captured_spec, tmp_path):
     assert json.loads((fp32_model / "config.json").read_text())["dtype"] == "float32"
     _eval(fp32_model, engine="vllm")
-    assert captured_spec[-1].vllm.dtype == "float32"
+    assert captured_spec[-1].section("vllm").dtype == "float32"
     bf16 = tmp_path / "bf16"
     bf16.mkdir()
     for f in fp32_model.iterdir():
@@ -50,8 +50,8 @@ def test_vllm_eval_defaults_to_the_checkpoints_dtype(fp32_model, captured_spec, 
     cfg = json.loads((bf16 / "config.json").read_text())
     (bf16 / "config.json").write_text(json.dumps({**cfg, "dtype": "bfloat16"}))
     _eval(bf16, engine="vllm")
-    assert captured_spec[-1].vllm.dtype == "bfloat16"
+    assert captured_spec[-1].section("vllm").dtype == "bfloat16"
     _eval(fp32_model, engine="vllm", dtype="bfloat16")  # an explicit --dtype wins
-    assert captured_spec[-1].vllm.dtype == "bfloat16"
+    assert captured_spec[-1].section("vllm").dtype == "bfloat16"
     _eval(fp32_model, engine="hf")
     assert captured_spec[-1].dtype == "float32"

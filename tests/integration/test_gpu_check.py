@@ -1,5 +1,6 @@
-"""``make gpu-check``'s script, run here as its dry run (CPU, smallest sizes), so it cannot rot
-before a GPU box runs it; plus its import check and its wheel list, without a GPU."""
+"""``make gpu-check`` (the suite's GPU tier, tests/gpu, run by bench/gpu_check.py), run here as its
+dry run (CPU, smallest sizes), so it cannot rot before a GPU box runs it; plus its import check
+and its wheel list, without a GPU."""
 
 from __future__ import annotations
 
@@ -31,6 +32,8 @@ def test_dry_run_writes_every_section(tmp_path):
     proc = subprocess.run([sys.executable, str(REPO / "bench" / "gpu_check.py"), "--out", str(out)], cwd=REPO,
                           env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    # the script runs the suite's GPU tier (tests/gpu, pytest -m gpu): one test per section
+    assert "5 passed, 1 skipped" in proc.stdout, proc.stdout[-3000:]
     summary = json.loads((out / "summary.json").read_text())
     markdown = (out / "summary.md").read_text()
     assert summary["dry_run"] is True and summary["imports"]["status"] == "ok" and summary["failed"] == []

@@ -36,6 +36,8 @@ def test_an_outside_pruner_trains_with_its_own_hyperparameter(tmp_path):
     step = next(r for r in rows if "prune/kept_fraction" in r)
     # smoke: 4 prompts x n 4; fraction 0.25 keeps 1 of 4 per question (0.5, the default, would keep 2)
     assert step["prune/kept_before_refill"] == 4 and step["prune/kept_fraction"] == 0.25
+    # the pruner's own metrics() reach metrics.jsonl (its lowest kept reward: one of 0, 0.5, 1, 1.5)
+    assert step["keep_top/lowest_kept_reward"] in (0.0, 0.5, 1.0, 1.5)
     saved = yaml.safe_load((tmp_path / "run" / "config.yaml").read_text())
     assert saved["imports"] == ["my_keep_top"] and saved["algorithm"]["keep_top"] == {"fraction": 0.25}
 

@@ -142,11 +142,12 @@ def test_default_mrope_section_sums_to_half_head_dim() -> None:
 def test_tiny_spec_defaults_are_the_model_config_defaults():
     """The run config and the builder describe one tiny model: same defaults, and the config's
     section maps onto the spec field for field."""
-    from fastrl.config import ModelConfig, TinyModelConfig
+    from fastrl.config import ModelConfig, TinyModelConfig, schema_of
 
-    assert TinyModelSpec.from_model_config(ModelConfig()) == TinyModelSpec()
+    model_config = schema_of(ModelConfig)  # ModelConfig with its sources' sections (model.tiny)
+    assert TinyModelSpec.from_model_config(model_config()) == TinyModelSpec()
     tiny = TinyModelConfig(hidden_size=64, num_layers=3, num_heads=1, num_kv_heads=1, intermediate_size=96)
-    custom = ModelConfig(kind="llama", tiny=tiny)
+    custom = model_config(kind="llama", tiny=tiny)
     spec = TinyModelSpec.from_model_config(custom)
     assert (spec.kind, spec.hidden_size, spec.num_layers, spec.num_heads, spec.num_kv_heads, spec.intermediate_size) == (
         "llama", 64, 3, 1, 1, 96)

@@ -222,9 +222,11 @@ def test_warm_start_with_selection_records_its_curve(tmp_path: Path) -> None:
 
 
 def test_selection_keys_are_checked_at_config_load() -> None:
-    from fastrl.config import ConfigError, TinyModelConfig
+    from fastrl.config import ConfigError, load_config
 
-    with pytest.raises(ConfigError, match="model.tiny.sft_patience = -1"):
-        TinyModelConfig(sft_patience=-1)
-    with pytest.raises(ConfigError, match="sft_select_prompts = 0"):
-        TinyModelConfig(sft_select_every=10, sft_select_prompts=0)
+    # model.tiny is the tiny source's section (fastrl.sections.TinyModelConfig): its check() runs
+    # when the config is read, and the message names the dotted key.
+    with pytest.raises(ConfigError, match="model.tiny.sft_patience = -1 must be >= 0"):
+        load_config(None, ["model.tiny.sft_patience=-1"], scale="smoke")
+    with pytest.raises(ConfigError, match="model.tiny.sft_select_prompts = 0 must be >= 1"):
+        load_config(None, ["model.tiny.sft_select_every=10", "model.tiny.sft_select_prompts=0"], scale="smoke")

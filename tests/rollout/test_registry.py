@@ -68,12 +68,17 @@ def test_per_engine_sections_replace_the_flat_keys() -> None:
 
 def test_vllm_max_model_len_is_prompt_plus_response_unless_set() -> None:
     from fastrl.policy import PolicySpec
+    from fastrl.rollout.vllm import max_model_len_of
+
+    def resolved(spec: PolicySpec) -> int | None:
+        return max_model_len_of(spec.section("vllm"), spec)
 
     paper = load_config("methods/fastrl.yaml", scale="paper")
     assert paper.rollout.vllm.max_model_len is None
-    assert PolicySpec.from_config(paper, "m", seed=0).vllm.max_model_len == 2048 + 2048
+    assert resolved(PolicySpec.from_config(paper, "m", seed=0)) == 2048 + 2048
     shorter = load_config("methods/fastrl.yaml", ["data.max_prompt_length=1024"], scale="paper")
-    assert PolicySpec.from_config(shorter, "m", seed=0).vllm.max_model_len == 1024 + 2048
+    assert resolved(PolicySpec.from_config(shorter, "m", seed=0)) == 1024 + 2048
     given = load_config("methods/fastrl.yaml", ["rollout.vllm.max_model_len=3000"], scale="paper")
     spec = PolicySpec.from_config(given, "m", seed=0)
-    assert spec.vllm.max_model_len == 3000 and spec.vllm.enforce_eager is False and spec.vllm.sleep is True
+    vllm = spec.section("vllm")
+    assert resolved(spec) == 3000 and vllm.enforce_eager is False and vllm.sleep is True

@@ -124,3 +124,40 @@ def test_the_pruner_sees_the_batch_as_a_view_with_every_column():
     assert with_old.column("old_logprobs").shape == (2, 1)
     with pytest.raises(KeyError, match="no column 'entropy'"):
         view.column("entropy")
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_every_pruner_has_metrics_and_no_checkpoint_key_unless_it_holds_state(method):
+    """Pruner.metrics() is part of the protocol (the trainer logs it); the built-in pruners hold no
+    state, so a checkpoint of theirs has exactly the keys it had before pruners could hold any."""
+    c = build_components(load_config(f"methods/{method}.yaml", scale="smoke"))
+    assert c.pruner.metrics() == {}
+    assert set(c.state_dict()) == {"rollout_scaler", "prompt_selector"}
+
+
+def test_a_pruner_that_holds_state_is_checkpointed_and_restored():
+    from fastrl.algorithms.registry import PRUNERS, register
+
+    @register(PRUNERS, "counting")
+    class CountingPruner(KeepAllPruner):
+        calls = 0
+
+        def state_dict(self):
+            return {"calls": self.calls}
+
+        def load_state_dict(self, state):
+            self.calls = state["calls"]
+
+    try:
+        cfg = load_config("methods/grpo.yaml", ["algorithm.pruner=counting"], scale="smoke")
+        saved = build_components(cfg)
+        saved.pruner.calls = 7
+        state = saved.state_dict()
+        assert state["pruner"] == {"calls": 7}
+        resumed = build_components(cfg)
+        resumed.load_state_dict(state)
+        assert resumed.pruner.calls == 7
+        resumed.load_state_dict({k: v for k, v in state.items() if k != "pruner"})  # a checkpoint from before
+        assert resumed.pruner.calls == 7
+    finally:
+        del PRUNERS["counting"]

@@ -96,6 +96,46 @@ def test_a_new_built_in_section_leaves_old_run_dirs_resumable(tmp_path):
     assert out.returncode == 0 and out.stdout.strip() == "resumable", out.stderr
 
 
+def test_new_engine_source_and_task_sections_leave_old_run_dirs_resumable(tmp_path):
+    """The same for the other seams: an engine, a model source and a task registered with sections
+    after the run was written add rollout.<s>.*, model.<s>.* and data.<s>.* to every config; the
+    old run resumes, and a run that does not choose them ignores their values."""
+    module = tmp_path / "new_seams.py"
+    module.write_text(
+        "from dataclasses import dataclass\n"
+        "from fastrl.algorithms.registry import register\n"
+        "from fastrl.engines import ROLLOUT_ENGINES\n"
+        "from fastrl.sources import MODEL_SOURCES\n"
+        "from fastrl.tasks import TASKS\n"
+        "@dataclass\nclass Knob:\n    level: int = 1\n"
+        "register(ROLLOUT_ENGINES, 'new_engine', section='new_engine', config=Knob)(print)\n"
+        "register(MODEL_SOURCES, 'new_source', section='new_source', config=Knob)(print)\n"
+        "register(TASKS, 'new_task', section='new_task', config=Knob)(print)\n")
+    code = (
+        "import sys; from pathlib import Path\n"
+        "from fastrl.config import load_config, save_config\n"
+        "from fastrl.training.identity import check_identity\n"
+        "run = Path(sys.argv[1])\n"
+        "save_config(load_config('methods/fastrl.yaml', [], scale='smoke'), run / 'config.yaml')\n"
+        "import new_seams\n"
+        "cfg = load_config('methods/fastrl.yaml', [], scale='smoke')\n"
+        "assert (cfg.rollout.new_engine.level, cfg.model.new_source.level, cfg.data.new_task.level) == (1, 1, 1)\n"
+        "check_identity(run, cfg)\n"
+        "check_identity(run, load_config('methods/fastrl.yaml', ['rollout.new_engine.level=2', "
+        "'model.new_source.level=2', 'data.new_task.level=2'], scale='smoke'))\n"
+        "print('resumable')\n")
+    env = {"PYTHONPATH": f"{tmp_path}:{REPO}", "PATH": "/usr/bin:/bin"}
+    out = subprocess.run([sys.executable, "-c", code, str(tmp_path)], cwd=REPO, env=env, capture_output=True,
+                         text=True, timeout=120)
+    assert out.returncode == 0 and out.stdout.strip() == "resumable", out.stderr
+
+
+def test_the_chosen_source_section_is_identity(tmp_path):
+    save_config(load_config("methods/grpo.yaml", [], scale="smoke"), tmp_path / I.CONFIG_FILE)
+    with pytest.raises(RunDirError, match=r"model.tiny.hidden_size: 128 -> 64"):
+        I.check_identity(tmp_path, load_config("methods/grpo.yaml", ["model.tiny.hidden_size=64"], scale="smoke"))
+
+
 def test_every_migration_step_is_registered_once():
     assert sorted(M._MIGRATIONS) == list(range(1, M.SCHEMA_VERSION))
     with pytest.raises(ValueError, match="already registered"):

@@ -1,0 +1,101 @@
+"""The built-in seams' config sections: ``rollout.hf``, ``rollout.vllm`` and ``model.tiny``.
+
+Like ``fastrl.algorithms.sections`` for the components: an engine, a model source or a task
+registered with a section (``fastrl.engines``, ``fastrl.sources``, ``fastrl.tasks``) declares the
+section's dataclass, which owns its defaults and its ``check()``. ``fastrl.config`` puts every
+registered section under its group (``rollout.<section>``, ``model.<section>``,
+``data.<section>``) and calls ``check()`` when the config is read: it raises ``ValueError`` with
+a message that starts with the field's name, which the config reports as the dotted key
+(``rollout.hf.batch_size = 0 must be >= 1``).
+
+This module imports no torch and nothing of fastrl: the registries and the config read it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+# The vLLM engine's weight-sync methods (fastrl.rollout.vllm explains each; rollout.vllm.sync_method).
+VLLM_SYNC_METHODS: tuple[str, ...] = ("auto", "load_weights", "vllm_reload", "cpu_repack")
+
+
+@dataclass
+class HFEngineConfig:
+    """``rollout.hf``: the transformers ``generate`` engine (fastrl.rollout.hf)."""
+
+    batch_size: int = 64  # sequences per generate call
+
+    def check(self) -> None:
+        if self.batch_size < 1:
+            raise ValueError(f"batch_size = {self.batch_size} must be >= 1")
+
+
+@dataclass
+class VLLMEngineConfig:
+    """``rollout.vllm``: the colocated vLLM engine (fastrl.rollout.vllm)."""
+
+    gpu_memory_utilization: float = 0.5
+    # Prompt + response tokens per sequence. None: data.max_prompt_length + rollout.max_new_tokens.
+    max_model_len: int | None = None
+    enforce_eager: bool = True
+    # None: model.dtype; "auto": the checkpoint's own.
+    dtype: str | None = None
+    # auto = cpu_repack on CPU (re-packs vLLM's oneDNN weight handles after an in-place reload),
+    # load_weights on GPU; vllm_reload is vLLM's own in-place reload (stale tied lm_head on CPU).
+    sync_method: str = "auto"
+    # Sleep (level 1: weights offloaded to CPU, KV cache freed) from the end of each rollout to the
+    # weight sync, where vLLM supports it (CUDA); elsewhere one log line says it stays awake.
+    sleep: bool = True
+
+    def check(self) -> None:
+        if self.sync_method not in VLLM_SYNC_METHODS:
+            raise ValueError(f"sync_method = {self.sync_method!r} is not one of {', '.join(VLLM_SYNC_METHODS)}")
+        if not 0 < self.gpu_memory_utilization <= 1:
+            raise ValueError(f"gpu_memory_utilization = {self.gpu_memory_utilization} must be in (0, 1]")
+        if self.max_model_len is not None and self.max_model_len < 2:
+            raise ValueError(f"max_model_len = {self.max_model_len} must be >= 2 (or null: "
+                             "data.max_prompt_length + rollout.max_new_tokens)")
+
+
+@dataclass
+class TinyModelConfig:
+    """``model.tiny``: the tiny mini/smoke-scale model of ``model.source = tiny`` and its SFT warm
+    start, both built by ``fastrl.mini`` (its architecture family is ``model.kind``)."""
+
+    hidden_size: int = 128
+    num_layers: int = 2
+    num_heads: int = 2
+    num_kv_heads: int = 2
+    intermediate_size: int = 256
+    sft_steps: int = 600
+    sft_lr: float = 3e-3
+    sft_batch_size: int = 32
+    # Fraction of SFT examples whose boxed answer is wrong (reasoning intact): see fastrl/mini/sft.py.
+    sft_answer_noise: float = 0.0
+    # Held-out selection (fastrl.mini.sft.SelectionSettings): every sft_select_every steps, greedy
+    # accuracy on sft_select_prompts unseen training-split problems; the best step is kept, and
+    # training stops after sft_patience evaluations without a gain (0: never) past sft_min_steps.
+    # sft_select_every = 0 keeps the last step (the recipe of run dirs made before it existed).
+    sft_select_every: int = 0
+    sft_select_prompts: int = 256
+    sft_patience: int = 0
+    sft_min_steps: int = 0
+
+    def check(self) -> None:
+        for key in ("sft_select_every", "sft_patience", "sft_min_steps"):
+            if getattr(self, key) < 0:
+                raise ValueError(f"{key} = {getattr(self, key)} must be >= 0")
+        if self.sft_select_every > 0 and self.sft_select_prompts < 1:
+            raise ValueError(f"sft_select_prompts = {self.sft_select_prompts} must be >= 1 when "
+                             f"model.tiny.sft_select_every > 0")
+
+
+def checked(section: object, key: str) -> object:
+    """``section`` after its ``check()``; a failure is one ``ValueError`` naming ``key.<field>``."""
+    check = getattr(section, "check", None)
+    if check is not None:
+        try:
+            check()
+        except ValueError as err:  # the message starts with the field's name
+            raise ValueError(f"{key}.{err}") from None
+    return section
