@@ -591,7 +591,8 @@ def _sft_into(tmp: Path, task: str, spec: TinyModelSpec, *, seed: int, steps: in
                                      reward=TEMPLATE_REWARD[template], template=template), device)
     model, tokenizer = kit.model, kit.tokenizer
     perturb_weights(model, perturbation)
-    train = generate_task(task, split="train", num=num_train + selection.num_prompts * (selection.every > 0), seed=seed)
+    num_held_out = selection.num_prompts if selection.every > 0 else 0
+    train = generate_task(task, split="train", num=num_train + num_held_out, seed=seed)
     train, held_out = train[:num_train], train[num_train:]
     prompts = [kit.encode(r) for r in train]
     targets = _route_ids(tokenizer, train)
