@@ -154,6 +154,19 @@ def sample_specs(scale: str, seeds: Sequence[int], runs_root: Path) -> list[RunS
     return [s for s in build_runs(TARGET, scale, seeds, runs_root) if s.variant in (BASELINE, METHOD)]
 
 
+def check_committed_matches(committed: Sequence[RunSpec], records: RunRecords, scale: str) -> None:
+    """Refuse before training when the committed Table 1 is not what the configs now ask for: its
+    ``register.stale`` reason, else the first record made by another command (``RunRecords``)."""
+    from experiments.targets import discover
+
+    stale = discover()[TARGET].stale
+    if stale and scale == "mini":
+        raise SpecError(f"the committed {TARGET} predates the configs ({stale}); there is nothing to agree "
+                        f"with until it is re-measured (make {TARGET} SCALE=mini)")
+    for spec in committed:
+        records.summary(spec)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m experiments.reproduce_check", description=__doc__.split("\n\n")[0])
     ap.add_argument("--scale", default="mini", choices=("smoke", "mini"))
@@ -171,6 +184,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         specs = sample_specs(args.scale, seeds, args.runs_root)
         committed_seeds = records.seeds()
         committed = sample_specs(args.scale, committed_seeds, Path("runs"))
+        check_committed_matches(committed, records, args.scale)
     except SpecError as exc:
         print(f"reproduce-check: {exc}")
         return 2

@@ -67,6 +67,9 @@ def collect_from_metadata(name: str, ctx: Context) -> list[str]:
     if not target.from_metadata:
         raise SpecError(f"{name}: --from-metadata rebuilds only {', '.join(from_metadata_names())} (the others read "
                         f"more of a run directory than the metadata holds); collect {name} from runs/")
+    if target.stale:
+        raise SpecError(f"{name}: its committed outputs predate the configs ({target.stale}); retrain it: "
+                        f"make {name} SCALE={ctx.scale}")
     mod = target.hooks()
     ctx.records = load_records(ctx.out_dir, name)
     try:
@@ -199,7 +202,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         targets = registered()
         if args.target == "list":
             for name, target in targets.items():
-                print(f"{name:12s} {target.description}")
+                print(f"{name:12s} {target.description}" + (f" [stale: {target.stale}]" if target.stale else ""))
             for a, t in aliases(targets).items():
                 print(f"{a:12s} = {t}")
             return 0
@@ -219,6 +222,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             if args.from_metadata:
                 if args.target == "reproduce" and not targets[name].from_metadata:
                     print(f"\n##### {name}: skipped (--from-metadata rebuilds only {', '.join(from_metadata_names())})")
+                    continue
+                if args.target == "reproduce" and targets[name].stale:
+                    print(f"\n##### {name}: skipped (stale: {targets[name].stale}; `make {name}` retrains it)")
                     continue
                 failures += collect_from_metadata(name, ctx)
             else:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 
@@ -70,3 +71,29 @@ def test_prediction_range_is_wider_than_the_interval_of_the_mean():
     half_mean = t_quantile(0.975, 2) * 1.0 / math.sqrt(3)
     assert hi - 2.0 == pytest.approx(half_mean * math.sqrt(3) * math.sqrt(1 + 1 / 3)) and lo < 2.0 - half_mean
     assert RC.prediction_range([1.0]) is None
+
+
+def test_a_record_made_by_another_command_is_refused_before_anything_trains(tmp_path, capsys, monkeypatch):
+    records, _ = _committed(tmp_path)
+    trained: list = []
+    monkeypatch.setattr(RC, "execute", lambda *a, **k: trained.append(a) or [])
+    monkeypatch.setattr(RC, "sample_specs", lambda scale, seeds, root: [
+        dataclasses.replace(s, overrides=s.overrides + ("model.tiny.sft_steps=7",))
+        for s in _real_sample_specs(scale, seeds, root)])
+    argv = ["--scale", "smoke", "--seeds", "1", "--runs-root", str(tmp_path / "new"), "--metadata", str(tmp_path / "out")]
+    assert RC.main(argv) == 2
+    assert not trained and "different command" in capsys.readouterr().out
+
+
+def test_a_stale_committed_table1_is_refused_with_its_reason(tmp_path, capsys, monkeypatch):
+    from experiments import targets as T
+
+    real = T.discover()
+    monkeypatch.setattr(T, "discover", lambda: {**real, "table1": dataclasses.replace(real["table1"], stale="a new recipe")})
+    records, _ = _committed(tmp_path)
+    with pytest.raises(RC.SpecError, match="a new recipe"):
+        RC.check_committed_matches([], records, "mini")
+    RC.check_committed_matches([], records, "smoke")  # only mini's outputs are committed
+
+
+_real_sample_specs = RC.sample_specs
