@@ -107,6 +107,7 @@ def main() -> None:
     p.add_argument("--select-every", type=int, default=0, help="0: keep the last step")
     p.add_argument("--select-prompts", type=int, default=256)
     p.add_argument("--patience", type=int, default=0)
+    p.add_argument("--target", type=float, default=0.0, help="> 0: stop once held-out greedy accuracy reaches it")
     p.add_argument("--min-steps", type=int, default=0)
     p.add_argument("--num-val", type=int, default=256)
     p.add_argument("--k", type=int, default=4, help="samples per validation problem at T=0.6")
@@ -121,7 +122,7 @@ def main() -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
     slot = SLOTS[args.slot]
     selection = SelectionSettings(every=args.select_every, num_prompts=args.select_prompts, patience=args.patience,
-                                  min_steps=args.min_steps)
+                                  min_steps=args.min_steps, target=args.target)
     rows = []
     for copy in (c for c in COPIES if c.name in args.copies):
         t0, c0 = time.perf_counter(), time.process_time()

@@ -80,11 +80,18 @@ class TinyModelConfig:
     sft_select_prompts: int = 256
     sft_patience: int = 0
     sft_min_steps: int = 0
+    # > 0: a converged warm start: training stops at the first evaluation past sft_min_steps with at
+    # least this held-out accuracy, and fails if sft_steps end below it (sft_patience is then unused).
+    sft_target_accuracy: float = 0.0
 
     def check(self) -> None:
         for key in ("sft_select_every", "sft_patience", "sft_min_steps"):
             if getattr(self, key) < 0:
                 raise ValueError(f"{key} = {getattr(self, key)} must be >= 0")
+        if not 0.0 <= self.sft_target_accuracy <= 1.0:
+            raise ValueError(f"sft_target_accuracy = {self.sft_target_accuracy} must lie in [0, 1]")
+        if self.sft_target_accuracy > 0 and self.sft_select_every <= 0:
+            raise ValueError("sft_target_accuracy needs model.tiny.sft_select_every > 0 (the held-out checks)")
         if self.sft_select_every > 0 and self.sft_select_prompts < 1:
             raise ValueError(f"sft_select_prompts = {self.sft_select_prompts} must be >= 1 when "
                              f"model.tiny.sft_select_every > 0")

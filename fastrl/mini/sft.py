@@ -100,9 +100,18 @@ class SelectionSettings:
     patience: int = 0
     min_gain: float = 0.01
     min_steps: int = 0
+    # > 0: train until the held-out accuracy reaches it (a converged warm start), keep that step, and
+    # fail if the last step has not: the step a chaotic recipe converges at varies by machine, the
+    # converged skill does not (docs/results.md, "Warm starts").
+    target: float = 0.0
 
     def to_key(self) -> dict[str, Any]:
-        return dataclasses.asdict(self) if self.every > 0 else {}
+        if self.every <= 0:
+            return {}
+        key = dataclasses.asdict(self)
+        if not self.target:
+            del key["target"]  # keys written before it existed stay valid
+        return key
 
 
 @dataclass(frozen=True)
@@ -202,6 +211,10 @@ def _noisy_route_ids(tokenizer: Any, records: Sequence[Record], seed: int) -> li
              for t in r.meta["routes"]] for r in records]
 
 
+class SFTNotConverged(RuntimeError):
+    """A warm start with a target accuracy ended below it (nothing is cached)."""
+
+
 @dataclass
 class SFTRun:
     """What ``train_sft`` did: every step's loss and, with held-out selection, the accuracy curve
@@ -239,6 +252,8 @@ class _BestHeldOut:
         log.info("sft step %d: held-out greedy accuracy %.3f (best %.3f at step %d)", step, acc, self.best,
                  self.kept_step)
         s = self.settings
+        if s.target > 0:
+            return step >= s.min_steps and acc >= s.target
         return s.patience > 0 and step >= s.min_steps and self.stale >= s.patience
 
 
@@ -305,6 +320,10 @@ def train_sft(
                          selection.min_gain, selection.patience, step + 1)
                 break
     clock.close()
+    if chooser is not None and selection.target > 0 and chooser.best < selection.target:
+        raise SFTNotConverged(f"SFT warm start did not converge: best held-out greedy accuracy {chooser.best:.3f} "
+                              f"(step {chooser.kept_step}) < model.tiny.sft_target_accuracy={selection.target} after "
+                              f"{run.stopped_at} steps; raise model.tiny.sft_steps")
     if chooser is not None and chooser.best_state is not None:
         model.load_state_dict(chooser.best_state)
         run.curve, run.kept_step = chooser.curve, chooser.kept_step

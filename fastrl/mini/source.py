@@ -27,5 +27,6 @@ def tiny_policy_dir(tiny: TinyModelConfig, cfg: FastRLConfig, device: torch.devi
         steps=tiny.sft_steps, lr=tiny.sft_lr, batch_size=tiny.sft_batch_size, template=cfg.data.template,
         answer_noise=tiny.sft_answer_noise, device=device, compute_dtype=cfg.model.dtype,
         selection=SelectionSettings(every=tiny.sft_select_every, num_prompts=tiny.sft_select_prompts,
-                                    patience=tiny.sft_patience, min_steps=tiny.sft_min_steps),
+                                    patience=tiny.sft_patience, min_steps=tiny.sft_min_steps,
+                                    target=tiny.sft_target_accuracy),
     )

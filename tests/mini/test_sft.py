@@ -230,3 +230,29 @@ def test_selection_keys_are_checked_at_config_load() -> None:
         load_config(None, ["model.tiny.sft_patience=-1"], scale="smoke")
     with pytest.raises(ConfigError, match="model.tiny.sft_select_prompts = 0 must be >= 1"):
         load_config(None, ["model.tiny.sft_select_every=10", "model.tiny.sft_select_prompts=0"], scale="smoke")
+
+
+def test_a_target_accuracy_stops_at_the_first_check_reaching_it_and_fails_when_never_reached(tmp_path: Path) -> None:
+    kit, prompts, targets = _tiny_sft_inputs(tmp_path)
+    common = dict(pad_id=kit.pad_id, seed=0, lr=1e-2, batch_size=2, warmup_frac=0.0, weight_decay=0.0, log_every=1)
+    scripted = iter([0.96, 0.2, 0.97, 0.99])  # step 1 reaches it before min_steps; step 3 is the stop
+    run = sft.train_sft(kit.model, prompts, targets, steps=6, evaluate=lambda m: next(scripted),
+                        selection=sft.SelectionSettings(every=1, min_steps=2, target=0.95), **common)
+    assert run.curve == [(1, 0.96), (2, 0.2), (3, 0.97)] and (run.kept_step, run.stopped_at) == (3, 3)
+
+    low = iter([0.5, 0.9, 0.7])
+    with pytest.raises(sft.SFTNotConverged, match=r"best held-out greedy accuracy 0.900 \(step 2\) < "
+                                                  r"model.tiny.sft_target_accuracy=0.95 after 3 steps"):
+        sft.train_sft(kit.model, prompts, targets, steps=3, evaluate=lambda m: next(low),
+                      selection=sft.SelectionSettings(every=1, target=0.95), **common)
+
+
+def test_a_target_accuracy_is_keyed_only_when_set_and_checked_at_config_load() -> None:
+    from fastrl.config import ConfigError, load_config
+
+    assert "target" not in sft.SelectionSettings(every=50).to_key()
+    assert sft.SelectionSettings(every=50, target=0.95).to_key()["target"] == 0.95
+    with pytest.raises(ConfigError, match="model.tiny.sft_target_accuracy needs model.tiny.sft_select_every > 0"):
+        load_config(None, ["model.tiny.sft_target_accuracy=0.9"], scale="smoke")
+    with pytest.raises(ConfigError, match=r"model.tiny.sft_target_accuracy = 1.5 must lie in \[0, 1\]"):
+        load_config(None, ["model.tiny.sft_select_every=10", "model.tiny.sft_target_accuracy=1.5"], scale="smoke")
