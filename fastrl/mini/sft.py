@@ -211,8 +211,9 @@ def _noisy_route_ids(tokenizer: Any, records: Sequence[Record], seed: int) -> li
              for t in r.meta["routes"]] for r in records]
 
 
-class SFTNotConverged(RuntimeError):
-    """A warm start with a target accuracy ended below it (nothing is cached)."""
+class SFTNotConverged(ValueError):
+    """A warm start with a target accuracy ended below it (nothing is cached). A ValueError: the
+    config asked for too few ``model.tiny.sft_steps``, and ``fastrl train`` says so in one line."""
 
 
 @dataclass

@@ -256,3 +256,14 @@ def test_a_target_accuracy_is_keyed_only_when_set_and_checked_at_config_load() -
         load_config(None, ["model.tiny.sft_target_accuracy=0.9"], scale="smoke")
     with pytest.raises(ConfigError, match=r"model.tiny.sft_target_accuracy = 1.5 must lie in \[0, 1\]"):
         load_config(None, ["model.tiny.sft_select_every=10", "model.tiny.sft_target_accuracy=1.5"], scale="smoke")
+
+
+def test_a_start_that_never_converges_is_one_line_from_fastrl_train(tmp_path: Path, capsys) -> None:
+    from fastrl import cli
+
+    code = cli.main(["train", "methods/grpo.yaml", "--scale", "smoke", "model.kind=qwen2", "model.tiny.sft_steps=2",
+                     "model.tiny.sft_select_every=1", "model.tiny.sft_target_accuracy=1.0",
+                     f"trainer.run_dir={tmp_path / 'run'}"])
+    err = capsys.readouterr().err
+    assert code == 2 and "did not converge" in err and "raise model.tiny.sft_steps" in err
+    assert "Traceback" not in err
