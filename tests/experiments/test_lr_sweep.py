@@ -69,6 +69,7 @@ def test_a_bad_tuned_rate_names_the_slot(tmp_path, monkeypatch, bad):
 
 
 def test_the_header_says_the_rate_used(tmp_path, monkeypatch):
+    _with_tuned(monkeypatch, {})  # every setting at the scale's rate
     uniform = lr_header(S.build_runs("table1", "mini", [1], tmp_path))
     assert "trainer.optim.lr" in uniform and "0.0001 for every method in every setting" in uniform
     _with_tuned(monkeypatch, {"geometry3k-vl_3b": 5e-5})
@@ -112,3 +113,14 @@ def test_the_sweep_plans_nothing_at_paper_scale(tmp_path):
     """Its rates are mini's; the paper's runs keep the published 1e-6."""
     assert S.build_runs("lr_sweep", "paper", [1], tmp_path) == []
     assert S.build_runs("lr_sweep", "smoke", [1], tmp_path)
+
+
+def test_the_tables_run_at_the_committed_sweeps_best_rate_per_setting(tmp_path):
+    """slots.yaml's `lr` block is what the committed lr_sweep table names as best, setting by setting."""
+    rows = C.read_rows(C.GENERATED_ROOT / "mini" / "lr_sweep.csv")
+    best = {(r["dataset"], r["model"]): float(r["method"].removeprefix("lr"))
+            for r in rows if r["metric"] == "best_in_domain_acc" and r["source"] == "measured"}
+    assert len(best) == len(TABLE1_SETTINGS)
+    used = {(s.labels["dataset_title"], s.labels["model_title"]): S.spec_lr(s)
+            for s in S.build_runs("table1", "mini", [1], tmp_path) if s.variant == "grpo"}
+    assert used == best
