@@ -8,7 +8,8 @@ build the identical command, and share one run directory (``shared_with``):
 
     slot dataset overrides -> dataset budget (per scale) -> slot model overrides
     -> the setting's tuned learning rate (slots.yaml ``lr``; ``lr_overrides``)
-    -> table extra_overrides (per scale) -> variant overrides -> paper_variant_overrides (paper)
+    -> table extra_overrides (per scale) -> the stand-in's MDAP tau, for runs that prune with MDAP
+    (slots.yaml ``mdap_tau``; ``tau_overrides``) -> variant overrides -> paper_variant_overrides (paper)
     -> trainer.seed / trainer.run_dir -> the user's extra overrides (OVERRIDES=...)
 
 Run directories: ``<runs_root>/<group>/<scale>/<dataset>-<model>/<variant>/seed<k>/`` where
@@ -258,6 +259,59 @@ def lr_overrides(slots: dict[str, Any], scale: str, dataset: str, model: str) ->
     return [f"{LR_KEY}={rate!r}"]
 
 
+TAU_KEY = "algorithm.mdap.tau"
+
+
+@functools.lru_cache(maxsize=None)
+def configured_mdap(config: str, scale: str, overrides: tuple[str, ...] = ()) -> tuple[str, float]:
+    """``(algorithm.pruner, algorithm.mdap.tau)`` as fastrl.config resolves ``config`` at ``scale``
+    with ``overrides`` (a variant's own)."""
+    from fastrl.config import load_config
+
+    cfg = load_config(config, list(overrides), scale=scale)
+    return str(cfg.algorithm.pruner), float(cfg.algorithm.mdap.tau)
+
+
+def setting_tau(slots: dict[str, Any], scale: str, dataset: str) -> float | None:
+    """The stand-in's MDAP tau for a dataset at a scale (slots.yaml ``mdap_tau.<scale>.<dataset>``);
+    None where none is set (the method's own tau applies)."""
+    value = ((slots.get("mdap_tau") or {}).get(scale) or {}).get(dataset)
+    if value is None:
+        return None
+    try:
+        tau = float(value)
+    except (TypeError, ValueError):
+        tau = math.nan
+    if not 0.0 <= tau <= 1.0:
+        raise SpecError(f"{SLOTS_FILE}: mdap_tau.{scale}.{dataset} = {value!r} must be a number in [0, 1]")
+    return tau
+
+
+def tau_overrides(slots: dict[str, Any], scale: str, dataset: str, config: str,
+                  variant_overrides: Sequence[str] = ()) -> list[str]:
+    """``[algorithm.mdap.tau=<stand-in>]`` for a run whose pruner (after its variant's overrides) is
+    MDAP, where the dataset's stand-in tau differs from the method's; else ``[]``. A variant that sets
+    tau itself (a tau sweep) still wins: its overrides come after this one."""
+    tau = setting_tau(slots, scale, dataset)
+    if tau is None:
+        return []
+    pruner, own = configured_mdap(config, scale, tuple(variant_overrides))
+    if pruner != "mdap" or own == tau:
+        return []
+    return [f"{TAU_KEY}={tau!r}"]
+
+
+def spec_tau(spec: RunSpec) -> float | None:
+    """The MDAP tau a run prunes at (its last ``algorithm.mdap.tau`` override, else its config's);
+    None for a run that does not prune with MDAP."""
+    pruner, own = configured_mdap(spec.config, spec.scale, tuple(o for o in spec.overrides
+                                                                  if o.split("=", 1)[0] == "algorithm.pruner"))
+    if pruner != "mdap":
+        return None
+    value = _override_value(spec.overrides, TAU_KEY)
+    return float(value) if value is not None else own
+
+
 def spec_lr(spec: RunSpec) -> float:
     """The learning rate a run trains at: its last ``trainer.optim.lr`` override, else its config's."""
     return configured_lr(spec.config, spec.scale, next((o for o in reversed(spec.overrides)
@@ -315,7 +369,8 @@ def build_runs(
                 if key not in v:
                     raise SpecError(f"{table_config_path(target)}: a variant lacks {key!r}: {v}")
             group = v.get("shared_with", target)
-            ov = [*base, *v.get("overrides", [])]
+            ov = [*base, *tau_overrides(slots, scale, ds_name, v["config"], v.get("overrides", [])),
+                  *v.get("overrides", [])]
             if scale == "paper":
                 ov += (table.get("paper_variant_overrides") or {}).get(v["name"], [])
                 if resolve_paper_steps and "budget_epochs" in ds:
