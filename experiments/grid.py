@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Callable, Sequence
 
 from experiments import collect as C
 from experiments.evals import evaluate_finished
-from experiments.spec import LR_KEY, RunSpec, SpecError, build_runs, load_table, spec_lr
+from experiments.spec import LR_KEY, RunSpec, SpecError, build_runs, load_table, spec_lr, spec_tau
 
 if TYPE_CHECKING:
     from experiments.export import RunRecords
@@ -91,7 +91,7 @@ def collect_grid(
     # the CSV has them all
     order += paired_order(measured, order, first=table.get("baseline"))
     order += sorted({r.metric for r in rows if r.source == "paper"} - set(order))
-    preamble = "\n\n".join(p for p in (lr_header(specs), preamble) if p)
+    preamble = "\n\n".join(p for p in (lr_header(specs), tau_header(specs), preamble) if p)
     md = C.markdown(table["title"], rows, order, preamble=preamble)
     return C.write_outputs(target, rows, md, ctx.out_dir)
 
@@ -122,6 +122,15 @@ def lr_header(specs: Sequence[RunSpec]) -> str:
         return head + "per method, " + ", ".join(f"{v} {_rate(lr)}" for v, lr in methods.items()) + "."
     return head + "; ".join(f"{t}: " + ", ".join(f"{v} {_rate(lr)}" for v, lr in by_variant.items())
                             for t, by_variant in per_setting.items()) + "."
+
+
+def tau_header(specs: Sequence[RunSpec]) -> str:
+    """The MDAP tau the table's MDAP runs prune at, for its header ('' when none prunes with MDAP)."""
+    taus = sorted({t for t in (spec_tau(s) for s in specs) if t is not None})
+    if not taus:
+        return ""
+    return (f"**MDAP tau** (`algorithm.mdap.tau`; configs/tables/slots.yaml `mdap_tau` at mini, the paper's 0.8 "
+            f"elsewhere): {', '.join(f'{t:g}' for t in taus)}.")
 
 
 def paired_order(rows: Sequence[C.Row], already: Sequence[str] = (), first: str | None = None) -> list[str]:
