@@ -125,7 +125,9 @@ def test_text_grpo_trains_with_vllm(text_vllm_run):
     assert "path: meta-llama/Llama-3.1-8B-Instruct" in cfg and "engine: vllm" in cfg
     assert summary["steps"] == 2
     for r in _steps(run):
-        assert r["rollout/logprob_diff_max"] < 1e-2  # the weight sync was checked after every update
+        # the weight sync was checked after every update, at paper.yaml's bf16-engine tolerance (0.1);
+        # a wrong or missing sync differs by O(1)
+        assert r["rollout/logprob_diff_max"] < 0.1
     assert _final_val(run)["val/num"] == 8  # the 8 MATH test rows
 
 
