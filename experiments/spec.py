@@ -24,7 +24,7 @@ import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import yaml
 
@@ -237,16 +237,24 @@ def configured_lr(config: str | None, scale: str, lr_override: str | None = None
 def setting_lr(slots: dict[str, Any], scale: str, dataset: str, model: str) -> float | None:
     """GRPO's tuned rate for a setting at a scale (slots.yaml ``lr.<scale>.<dataset>-<model>``);
     None where none is committed (the scale's own rate applies)."""
-    value = ((slots.get("lr") or {}).get(scale) or {}).get(f"{dataset}-{model}")
+    return _slots_number(slots, ("lr", scale, f"{dataset}-{model}"), lambda r: r > 0 and not math.isinf(r),
+                         "a positive number")
+
+
+def _slots_number(slots: dict[str, Any], path: tuple[str, str, str], ok: Callable[[float], bool],
+                  what: str) -> float | None:
+    """The number at ``slots[a][b][c]`` (None where absent); one line naming the key if not ``ok``."""
+    block, scale, name = path
+    value = ((slots.get(block) or {}).get(scale) or {}).get(name)
     if value is None:
         return None
     try:
-        rate = float(value)
+        number = float(value)
     except (TypeError, ValueError):
-        rate = math.nan
-    if not rate > 0 or math.isinf(rate):
-        raise SpecError(f"{SLOTS_FILE}: lr.{scale}.{dataset}-{model} = {value!r} must be a positive number")
-    return rate
+        number = math.nan
+    if not ok(number):
+        raise SpecError(f"{SLOTS_FILE}: {block}.{scale}.{name} = {value!r} must be {what}")
+    return number
 
 
 def lr_overrides(slots: dict[str, Any], scale: str, dataset: str, model: str) -> list[str]:
@@ -275,16 +283,7 @@ def configured_mdap(config: str, scale: str, overrides: tuple[str, ...] = ()) ->
 def setting_tau(slots: dict[str, Any], scale: str, dataset: str) -> float | None:
     """The stand-in's MDAP tau for a dataset at a scale (slots.yaml ``mdap_tau.<scale>.<dataset>``);
     None where none is set (the method's own tau applies)."""
-    value = ((slots.get("mdap_tau") or {}).get(scale) or {}).get(dataset)
-    if value is None:
-        return None
-    try:
-        tau = float(value)
-    except (TypeError, ValueError):
-        tau = math.nan
-    if not 0.0 <= tau <= 1.0:
-        raise SpecError(f"{SLOTS_FILE}: mdap_tau.{scale}.{dataset} = {value!r} must be a number in [0, 1]")
-    return tau
+    return _slots_number(slots, ("mdap_tau", scale, dataset), lambda t: 0.0 <= t <= 1.0, "a number in [0, 1]")
 
 
 def tau_overrides(slots: dict[str, Any], scale: str, dataset: str, config: str,
