@@ -64,7 +64,7 @@ def generated_dir(scale: str, root: Path | None = None) -> Path:
 UNITS: dict[str, str] = {
     "in_domain_acc": "%", "ood_avg": "%", "avg_acc": "%", "acc_before": "%", "aime_avg": "%",
     "train_time_s": "s", "train_cpu_s": "s", "speedup_vs_grpo": "x", "kept_fraction": "", "mean_n": "count",
-    "n_changes": "count",
+    "n_changes": "count", "in_domain_gain": "points",
     "tokens_generated": "tokens", "tokens_trained": "tokens", "avg_acc_gain": "%",
     "avg_acc_delta_vs_fastrl": "%", "step_time_s": "s", "avg_at_16": "%", "pass_at_16": "%",
     "avg_at_16_gain_vs_grpo": "points", "peak_acc": "%", "final_acc": "%",
@@ -291,6 +291,7 @@ def grid_rows(
         for metric in metrics:
             vals = {seed: m[metric] for seed, m in per_seed.items() if metric in m}
             rows.append(measured_row(target, cell, rename.get(metric, metric), vals))
+        rows += gain_rows(target, cell, per_seed)
         if baseline is not None and (ds, md, baseline) in cells:
             base = cells[(ds, md, baseline)].summaries
             common = sorted(set(base) & set(cell.summaries))
@@ -306,6 +307,19 @@ def grid_rows(
             rows += paired_rows(target, cell, per_seed, per_cell[(ds, md, ref)], ref=ref, rename=rename,
                                 speedup=ref == baseline)
     return rows
+
+
+def gain_rows(target: str, cell: Cell, per_seed: dict[int, dict[str, float]]) -> list[Row]:
+    """``in_domain_gain``: what RL moved in-domain, in_domain_acc - acc_before per seed (the warm
+    start's accuracy at the run's own sampling), mean [95 % t-interval]: whether a slot has room to
+    learn (DESIGN §8) is whether GRPO's interval excludes 0. No row where a run lacks acc_before."""
+    gains = {k: m["in_domain_acc"] - m["acc_before"] for k, m in per_seed.items()
+             if "in_domain_acc" in m and "acc_before" in m}
+    if not gains:
+        return []
+    return [_interval_row(target, cell, "in_domain_gain", gains,
+                          note=f"in_domain_acc - acc_before per seed, seeds {sorted(gains)}; "
+                               f"mean [95 % t-interval, df = {len(gains) - 1}]")]
 
 
 def _interval_row(target: str, cell: Cell, metric: str, values: dict[int, float], note: str) -> Row:

@@ -270,3 +270,26 @@ def test_a_run_without_validation_is_named_not_a_key_error(tmp_path):
                                             + json.dumps({"step": 1, "phase": "val_final"}) + "\n")
     with pytest.raises(ValueError, match="no validation set"):
         summarize(tmp_path)
+
+
+def test_table1_shows_what_rl_moved_over_the_warm_start_with_an_interval(tmp_path):
+    """Room to learn (DESIGN §8) is GRPO's in-domain gain over the warm start, per seed with a 95 %
+    t-interval: gains 10, 20, 30 points -> mean 20, s = 10, half width t(2) * 10 / sqrt(3)."""
+    T = target_module("table1")
+    assert "in_domain_gain" in T.metrics
+    ctx = ctx_for(tmp_path, seeds=(1, 2, 3))
+    for seed, (before, after) in {1: (0.30, 0.40), 2: (0.30, 0.50), 3: (0.35, 0.65)}.items():
+        write_run(run_dir(ctx, "table1", "geometry3k-vl_3b", "grpo", seed), step_times=[1.0], acc_before=before,
+                  acc_after=after, ood={"total": 0.1})
+    write_run(run_dir(ctx, "table1", "geometry3k-vl_3b", "fastrl", 1), step_times=[1.0], acc_before=0.30,
+              acc_after=0.45, ood={"total": 0.1})  # one seed: a mean, no interval
+    csv_path, md_path = T.collect(ctx)
+    rows = C.read_rows(csv_path)
+    g = by(rows, source="measured", method="grpo", metric="in_domain_gain")
+    half = 4.302653 * 10 / math.sqrt(3)
+    assert math.isclose(float(g["value"]), 20.0) and math.isclose(float(g["std"]), 10.0)
+    assert abs(float(g["ci95_low"]) - (20 - half)) < 1e-5 and abs(float(g["ci95_high"]) - (20 + half)) < 1e-5
+    assert g["unit"] == "points" and g["seeds"] == "1 2 3"
+    f = by(rows, source="measured", method="fastrl", metric="in_domain_gain")
+    assert math.isclose(float(f["value"]), 15.0) and f["ci95_low"] == "n/a"
+    assert "in_domain_gain (points)" in md_path.read_text() and "+20.0 [-4.8, +44.8]" in md_path.read_text()
