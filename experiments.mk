@@ -13,6 +13,7 @@
 # paper_figures/generated/<SCALE>/<target>.csv and .md (paper numbers beside measured ones) and
 # run_metadata/<target>.jsonl there; only generated/mini/ is committed.
 #   make table1 EXP_FLAGS=--from-metadata   rebuild a table from generated/<SCALE>/run_metadata/ (no training)
+#   make table1 EXP_FLAGS=--keep-committed  train only the settings that metadata lacks (a re-measure over sittings)
 
 SCALE ?= mini
 SEEDS ?=

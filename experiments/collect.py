@@ -37,7 +37,7 @@ from experiments.stats import NA, paired_values, t_interval
 from fastrl.training.token_bound import GENERATED_STAGES, TRAINED_STAGES, token_bound
 
 if TYPE_CHECKING:
-    from experiments.export import RunRecords
+    from experiments.export import RunSummaries
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 PAPER_NUMBERS = REPO_ROOT / "paper_figures" / "paper_numbers.csv"
@@ -163,7 +163,7 @@ class Cell:
         return sorted(self.summaries)
 
 
-def gather(specs: Iterable[RunSpec], records: "RunRecords | None" = None) -> dict[tuple[str, str, str], Cell]:
+def gather(specs: Iterable[RunSpec], records: "RunSummaries | None" = None) -> dict[tuple[str, str, str], Cell]:
     """Group specs by (dataset, model, variant) and summarise the finished runs.
 
     ``records``: summaries from committed run metadata (``experiments.export.load_records``)
@@ -263,7 +263,7 @@ def grid_rows(
     rename: dict[str, str] | None = None,
     extra: Callable[[Cell], dict[int, dict[str, float]]] | None = None,
     paired_refs: Sequence[str] | None = None,
-    records: "RunRecords | None" = None,
+    records: "RunSummaries | None" = None,
 ) -> list[Row]:
     """Measured rows of a grid table: per (setting, variant), each metric's mean ± std over seeds.
 

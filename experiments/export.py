@@ -16,7 +16,7 @@ import json
 import shlex
 import subprocess
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Protocol, Sequence
 
 from experiments.logs import RunSummary, is_finished, n_changes, read_metrics, read_spec, summarize, train_rows
 from experiments.spec import RunSpec, SpecError
@@ -139,23 +139,28 @@ def metadata_path(out_dir: Path, target: str) -> Path:
     return Path(out_dir) / METADATA_DIR / f"{target}.jsonl"
 
 
-def export_runs(target: str, specs: Sequence[RunSpec], out_dir: Path, repo: Path) -> Path | None:
+def export_runs(target: str, specs: Sequence[RunSpec], out_dir: Path, repo: Path,
+                kept: dict[RunSpec, dict[str, Any]] | None = None) -> Path | None:
     """Write ``metadata_path(out_dir, target)`` for the finished runs; None when none finished.
 
+    ``kept``: committed records reused instead of training (``--keep-committed``,
+    ``committed_settings``), written back as they were, beside the runs finished here.
     Every spec must be of one scale (the scale directory ``out_dir`` stands for).
     """
     scales = sorted({s.scale for s in specs})
     if len(scales) > 1:
         raise ValueError(f"export_runs({target}): runs of several scales {scales} in one metadata file")
-    done = [s for s in specs if is_finished(s.run_dir)]
-    if not done:
+    kept = kept or {}
+    done = [s for s in specs if s not in kept and is_finished(s.run_dir)]
+    if not done and not kept:
         return None
     commit = code_commit(repo)
+    lines = [(s, run_record(s, commit)) for s in done] + list(kept.items())
     path = metadata_path(out_dir, target)
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "w") as fh:
-        for s in sorted(done, key=lambda s: (s.dataset, s.model, s.variant, s.seed)):
-            fh.write(json.dumps(run_record(s, commit), sort_keys=True) + "\n")
+        for _, record in sorted(lines, key=lambda sr: (sr[0].dataset, sr[0].model, sr[0].variant, sr[0].seed)):
+            fh.write(json.dumps(record, sort_keys=True) + "\n")
     return path
 
 
@@ -192,6 +197,12 @@ def _n_changes_of(record: dict[str, Any]) -> float:
     return float(n_changes(ns))
 
 
+class RunSummaries(Protocol):
+    """Where a collector reads finished runs from instead of ``runs/`` (``experiments.collect.gather``)."""
+
+    def summary(self, spec: RunSpec) -> RunSummary | None: ...
+
+
 class RunRecords:
     """The committed run metadata of one target at one scale, looked up by run (``summary(spec)``)."""
 
@@ -214,6 +225,14 @@ class RunRecords:
     @staticmethod
     def key(spec: RunSpec) -> tuple[str, str, str, str, str, int]:
         return (spec.group, spec.scale, spec.dataset, spec.model, spec.variant, int(spec.seed))
+
+    def matching(self, spec: RunSpec) -> dict[str, Any] | None:
+        """The record of ``spec``'s run if it was made by the command the configs now ask for; None
+        when there is none or another command made it (``--keep-committed`` retrains those)."""
+        rec = self._by_key.get(self.key(spec))
+        if rec is None or _identity_without_run_dir(rec.get("identity") or {}) != _identity_without_run_dir(spec.identity()):
+            return None
+        return rec
 
     def summary(self, spec: RunSpec) -> RunSummary | None:
         """The recorded summary of ``spec``'s run; None when the metadata has no such run.
@@ -242,3 +261,35 @@ def load_records(out_dir: Path, target: str) -> RunRecords:
         raise SpecError(f"{path}: no run metadata for {target} here (`make {target}` writes it after training)")
     lines = [json.loads(x) for x in path.read_text().splitlines() if x.strip()]
     return RunRecords(lines, source=path)
+
+
+# ------------------------------------------------------------------------ --keep-committed
+def committed_settings(records: RunRecords, specs: Sequence[RunSpec]) -> dict[RunSpec, dict[str, Any]]:
+    """The runs ``--keep-committed`` takes from the committed metadata instead of training them, with
+    their records: whole settings only, where every run of the setting has a record made by the
+    command the configs now ask for and none has a finished run directory here. A setting is never
+    part committed, part trained here: its paired comparisons (speedups above all) stay within one
+    machine and one session. Lets a re-measure longer than a session be built setting by setting."""
+    by_setting: dict[str, list[RunSpec]] = {}
+    for s in specs:
+        by_setting.setdefault(s.setting, []).append(s)
+    kept: dict[RunSpec, dict[str, Any]] = {}
+    for group in by_setting.values():
+        found = {s: records.matching(s) for s in group}
+        if all(r is not None for r in found.values()) and not any(is_finished(s.run_dir) for s in group):
+            kept.update(found)  # type: ignore[arg-type]
+    return kept
+
+
+class KeptRuns:
+    """Run summaries for collecting under ``--keep-committed``: a finished run directory here, else
+    the kept committed record (the ``records`` of ``experiments.collect.gather``)."""
+
+    def __init__(self, kept: dict[RunSpec, dict[str, Any]]) -> None:
+        self._by_key = {RunRecords.key(s): r for s, r in kept.items()}
+
+    def summary(self, spec: RunSpec) -> RunSummary | None:
+        if is_finished(spec.run_dir):
+            return summarize(spec.run_dir)
+        rec = self._by_key.get(RunRecords.key(spec))
+        return None if rec is None else summary_from_record(rec)

@@ -15,7 +15,7 @@ from experiments.evals import evaluate_finished
 from experiments.spec import LR_KEY, RunSpec, SpecError, build_runs, load_table, spec_lr, spec_tau
 
 if TYPE_CHECKING:
-    from experiments.export import RunRecords
+    from experiments.export import RunSummaries
 
 
 @dataclass
@@ -35,7 +35,9 @@ class Context:
     # (off for --dry-run and for collecting, which must work without the data)
     resolve_paper_steps: bool = True
     # --from-metadata: run summaries from the committed run metadata instead of runs/ (grid targets)
-    records: RunRecords | None = None
+    records: RunSummaries | None = None
+    # --keep-committed: settings fully recorded in the committed run metadata are not retrained
+    keep_committed: bool = False
     failures: list[str] = field(default_factory=list)
 
 

@@ -11,6 +11,7 @@ is under its scale's directory, so a smoke run never touches the committed mini 
     python -m experiments.run table1 --dry-run           # plan and estimate only
     python -m experiments.run table1 --collect-only      # tables from the logs already there
     python -m experiments.run table1 --from-metadata     # tables from the committed run metadata (no runs/)
+    python -m experiments.run table1 --keep-committed    # train only the settings the committed metadata lacks
     python -m experiments.run calibrate --scale mini     # time 2 steps per setting, for estimates
     python -m experiments.run list
 """
@@ -27,7 +28,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from experiments import collect
-from experiments.export import export_runs, load_records
+from experiments.export import KeptRuns, committed_settings, export_runs, load_records, metadata_path
 from experiments.grid import Context
 from experiments.runner import (
     CALIBRATION_DIR, DEFAULT_LAUNCHER, LAUNCHERS, REPO_ROOT, Interrupted, RunError, default_jobs, execute, fmt_duration,
@@ -81,6 +82,19 @@ def collect_from_metadata(name: str, ctx: Context) -> list[str]:
     return []
 
 
+def kept_from_metadata(name: str, runs: Sequence[Any], ctx: Context) -> dict[Any, dict[str, Any]]:
+    """``--keep-committed``: the whole settings whose runs the committed metadata already holds, made
+    by the commands the configs now ask for (``experiments.export.committed_settings``); they are
+    collected from it and written back, not retrained. Empty without the flag or the file."""
+    if not ctx.keep_committed or not metadata_path(ctx.out_dir, name).is_file():
+        return {}
+    kept = committed_settings(load_records(ctx.out_dir, name), runs)
+    settings = sorted({s.setting for s in kept})
+    print(f"   kept from {metadata_path(ctx.out_dir, name)}: {len(kept)} runs of "
+          f"{', '.join(settings) if settings else 'no complete setting'} (not retrained)", flush=True)
+    return kept
+
+
 def run_target(name: str, ctx: Context, *, dry_run: bool = False, collect_only: bool = False) -> list[str]:
     """Plan, train what is missing, post-process, collect. Returns failure messages."""
     target = resolve_target(name)
@@ -89,7 +103,9 @@ def run_target(name: str, ctx: Context, *, dry_run: bool = False, collect_only: 
     ctx.resolve_paper_steps = not dry_run
     runs = unique(mod.specs(ctx))
     print(f"\n##### {name}: {target.description}", flush=True)
-    print_plan(name, ctx.scale, runs, ctx.runs_root, ctx.launcher, ctx.jobs)
+    kept = kept_from_metadata(name, runs, ctx)
+    todo = [s for s in runs if s not in kept]
+    print_plan(name, ctx.scale, todo, ctx.runs_root, ctx.launcher, ctx.jobs)
     describe = getattr(mod, "describe", None)
     if describe is not None:
         describe(ctx)
@@ -98,19 +114,23 @@ def run_target(name: str, ctx: Context, *, dry_run: bool = False, collect_only: 
     failures: list[str] = []
     if not collect_only:
         started = time.perf_counter()
-        failures += [f"{s.run_dir}: {msg}" for s, msg in execute(runs, ctx.launcher, fail_fast=ctx.fail_fast, jobs=ctx.jobs)]
+        failures += [f"{s.run_dir}: {msg}" for s, msg in execute(todo, ctx.launcher, fail_fast=ctx.fail_fast, jobs=ctx.jobs)]
         print(f"   training took {fmt_duration(time.perf_counter() - started)} ({ctx.jobs} at a time)", flush=True)
         post = getattr(mod, "post", None)
         if post is not None:
             try:
-                post(ctx, runs)
+                post(ctx, todo)
             except Exception as exc:  # noqa: BLE001 -- reported with the target named, collection still runs
                 if ctx.fail_fast:
                     raise
                 failures.append(f"{name} post-processing: {exc!r}")
-    for path in mod.collect(ctx):
-        print(f"   wrote {path}")
-    exported = export_runs(name, runs, ctx.out_dir, REPO_ROOT)
+    ctx.records = KeptRuns(kept) if kept else None
+    try:
+        for path in mod.collect(ctx):
+            print(f"   wrote {path}")
+    finally:
+        ctx.records = None
+    exported = export_runs(name, runs, ctx.out_dir, REPO_ROOT, kept=kept)
     if exported is not None:
         print(f"   wrote {exported} (run metadata)")
     return failures
@@ -188,6 +208,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--from-metadata", action="store_true",
                    help=f"no training, no runs/: tables from <out>/<scale>/run_metadata/<target>.jsonl "
                         f"({', '.join(from_metadata_names())}; `reproduce` skips the others)")
+    p.add_argument("--keep-committed", action="store_true",
+                   help="train only the settings that <out>/<scale>/run_metadata/<target>.jsonl lacks: a setting whose "
+                        "every run is recorded there, by the command the configs now ask for, is collected from it and "
+                        "written back (a re-measure longer than one sitting, built setting by setting)")
     p.add_argument("--fail-fast", action="store_true", help="stop at the first failed run")
     p.add_argument("--jobs", type=int, default=None,
                    help="runs at once (default: one per CPU core with the subprocess launcher, else 1)")
@@ -212,7 +236,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         launcher = args.launcher or DEFAULT_LAUNCHER[args.scale]
         ctx = Context(scale=args.scale, seeds=parse_seeds(args.seeds, args.scale), runs_root=args.runs_root,
                       out_dir=collect.generated_dir(args.scale, args.out), launcher=launcher, extra_overrides=tuple(overrides),
-                      fail_fast=args.fail_fast, jobs=args.jobs or default_jobs(launcher))
+                      fail_fast=args.fail_fast, jobs=args.jobs or default_jobs(launcher),
+                      keep_committed=args.keep_committed)
         if args.target == "calibrate":
             calibrate(ctx, [t for t in targets if t not in ("table6", "figures", "correlation")])
             return 0
