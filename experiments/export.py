@@ -140,11 +140,13 @@ def metadata_path(out_dir: Path, target: str) -> Path:
 
 
 def export_runs(target: str, specs: Sequence[RunSpec], out_dir: Path, repo: Path,
-                kept: dict[RunSpec, dict[str, Any]] | None = None) -> Path | None:
+                kept: dict[RunSpec, dict[str, Any]] | None = None,
+                preserved: Sequence[dict[str, Any]] = ()) -> Path | None:
     """Write ``metadata_path(out_dir, target)`` for the finished runs; None when none finished.
 
-    ``kept``: committed records reused instead of training (``--keep-committed``,
-    ``committed_settings``), written back as they were, beside the runs finished here.
+    Records written back as they were, beside the runs finished here: ``kept``, the committed
+    records reused instead of training (``--keep-committed``, ``committed_settings``), and
+    ``preserved``, the committed records of settings this sitting left alone (``--settings``).
     Every spec must be of one scale (the scale directory ``out_dir`` stands for).
     """
     scales = sorted({s.scale for s in specs})
@@ -152,14 +154,14 @@ def export_runs(target: str, specs: Sequence[RunSpec], out_dir: Path, repo: Path
         raise ValueError(f"export_runs({target}): runs of several scales {scales} in one metadata file")
     kept = kept or {}
     done = [s for s in specs if s not in kept and is_finished(s.run_dir)]
-    if not done and not kept:
+    if not done and not kept and not preserved:
         return None
     commit = code_commit(repo)
-    lines = [(s, run_record(s, commit)) for s in done] + list(kept.items())
+    records = [run_record(s, commit) for s in done] + list(kept.values()) + list(preserved)
     path = metadata_path(out_dir, target)
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "w") as fh:
-        for _, record in sorted(lines, key=lambda sr: (sr[0].dataset, sr[0].model, sr[0].variant, sr[0].seed)):
+        for record in sorted(records, key=lambda r: (r["dataset"], r["model"], r["variant"], int(r["seed"]))):
             fh.write(json.dumps(record, sort_keys=True) + "\n")
     return path
 
@@ -217,6 +219,10 @@ class RunRecords:
 
     def __len__(self) -> int:
         return len(self._by_key)
+
+    def outside(self, settings: set[str]) -> list[dict[str, Any]]:
+        """The records of runs in no setting of ``settings`` (``<dataset>-<model>``), as they are."""
+        return [r for r in self._by_key.values() if f"{r['dataset']}-{r['model']}" not in settings]
 
     def seeds(self) -> list[int]:
         """Every seed some record has."""
@@ -282,14 +288,16 @@ def committed_settings(records: RunRecords, specs: Sequence[RunSpec]) -> dict[Ru
 
 
 class KeptRuns:
-    """Run summaries for collecting under ``--keep-committed``: a finished run directory here, else
-    the kept committed record (the ``records`` of ``experiments.collect.gather``)."""
+    """Run summaries for collecting a sitting of ``--keep-committed`` / ``--settings``: a finished run
+    directory of a selected run here, else the kept committed record (the ``records`` of
+    ``experiments.collect.gather``); runs of settings left alone show nothing."""
 
-    def __init__(self, kept: dict[RunSpec, dict[str, Any]]) -> None:
+    def __init__(self, kept: dict[RunSpec, dict[str, Any]], selected: Sequence[RunSpec]) -> None:
         self._by_key = {RunRecords.key(s): r for s, r in kept.items()}
+        self._selected = set(selected)
 
     def summary(self, spec: RunSpec) -> RunSummary | None:
-        if is_finished(spec.run_dir):
+        if spec in self._selected and is_finished(spec.run_dir):
             return summarize(spec.run_dir)
         rec = self._by_key.get(RunRecords.key(spec))
         return None if rec is None else summary_from_record(rec)

@@ -38,6 +38,8 @@ class Context:
     records: RunSummaries | None = None
     # --keep-committed: settings fully recorded in the committed run metadata are not retrained
     keep_committed: bool = False
+    # --settings: only these settings (<dataset>-<model>); () = all
+    settings: tuple[str, ...] = ()
     failures: list[str] = field(default_factory=list)
 
 

@@ -24,6 +24,7 @@ import os
 import platform
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -82,17 +83,48 @@ def collect_from_metadata(name: str, ctx: Context) -> list[str]:
     return []
 
 
-def kept_from_metadata(name: str, runs: Sequence[Any], ctx: Context) -> dict[Any, dict[str, Any]]:
-    """``--keep-committed``: the whole settings whose runs the committed metadata already holds, made
-    by the commands the configs now ask for (``experiments.export.committed_settings``); they are
-    collected from it and written back, not retrained. Empty without the flag or the file."""
-    if not ctx.keep_committed or not metadata_path(ctx.out_dir, name).is_file():
-        return {}
-    kept = committed_settings(load_records(ctx.out_dir, name), runs)
-    settings = sorted({s.setting for s in kept})
-    print(f"   kept from {metadata_path(ctx.out_dir, name)}: {len(kept)} runs of "
-          f"{', '.join(settings) if settings else 'no complete setting'} (not retrained)", flush=True)
-    return kept
+@dataclass
+class Sitting:
+    """What one ``run_target`` call trains and writes: ``selected`` (the runs of ``--settings``, else
+    all) minus ``kept`` (``--keep-committed``: whole settings the committed metadata already holds,
+    made by today's commands, with their records); ``preserved``: the committed records of the
+    settings this sitting leaves alone, written back as they were."""
+
+    selected: list[Any]
+    kept: dict[Any, dict[str, Any]]
+    preserved: list[dict[str, Any]]
+
+    @property
+    def todo(self) -> list[Any]:
+        return [s for s in self.selected if s not in self.kept]
+
+    @property
+    def partial(self) -> bool:
+        """Whether collection must read the kept records and skip what was left alone."""
+        return bool(self.kept) or bool(self.preserved)
+
+
+def plan_sitting(name: str, runs: Sequence[Any], ctx: Context) -> Sitting:
+    """Split ``runs`` by ``ctx.settings`` and ``ctx.keep_committed``; say what is kept and left alone."""
+    known = sorted({s.setting for s in runs})
+    unknown = sorted(set(ctx.settings or ()) - set(known))
+    if unknown:
+        raise SpecError(f"--settings {','.join(unknown)}: not a setting of {name}; valid: {', '.join(known)}")
+    path = metadata_path(ctx.out_dir, name)
+    records = load_records(ctx.out_dir, name) if (ctx.keep_committed or ctx.settings) and path.is_file() else None
+    kept = committed_settings(records, runs) if ctx.keep_committed and records is not None else {}
+    selected = [s for s in runs if not ctx.settings or s.setting in ctx.settings or s in kept]
+    touched = {s.setting for s in selected}
+    preserved = records.outside(touched) if ctx.settings and records is not None else []
+    if kept:
+        print(f"   kept from {path}: {len(kept)} runs of {', '.join(sorted({s.setting for s in kept}))} "
+              f"(not retrained)", flush=True)
+    elif ctx.keep_committed:
+        print(f"   kept from {path}: no complete setting", flush=True)
+    if preserved:
+        left = sorted({f"{r['dataset']}-{r['model']}" for r in preserved})
+        print(f"   left alone: {len(preserved)} committed runs of {', '.join(left)} (written back as they are)", flush=True)
+    return Sitting(selected, kept, preserved)
 
 
 def run_target(name: str, ctx: Context, *, dry_run: bool = False, collect_only: bool = False) -> list[str]:
@@ -103,9 +135,8 @@ def run_target(name: str, ctx: Context, *, dry_run: bool = False, collect_only: 
     ctx.resolve_paper_steps = not dry_run
     runs = unique(mod.specs(ctx))
     print(f"\n##### {name}: {target.description}", flush=True)
-    kept = kept_from_metadata(name, runs, ctx)
-    todo = [s for s in runs if s not in kept]
-    print_plan(name, ctx.scale, todo, ctx.runs_root, ctx.launcher, ctx.jobs)
+    sitting = plan_sitting(name, runs, ctx)
+    print_plan(name, ctx.scale, sitting.todo, ctx.runs_root, ctx.launcher, ctx.jobs)
     describe = getattr(mod, "describe", None)
     if describe is not None:
         describe(ctx)
@@ -113,26 +144,32 @@ def run_target(name: str, ctx: Context, *, dry_run: bool = False, collect_only: 
         return []
     failures: list[str] = []
     if not collect_only:
-        started = time.perf_counter()
-        failures += [f"{s.run_dir}: {msg}" for s, msg in execute(todo, ctx.launcher, fail_fast=ctx.fail_fast, jobs=ctx.jobs)]
-        print(f"   training took {fmt_duration(time.perf_counter() - started)} ({ctx.jobs} at a time)", flush=True)
-        post = getattr(mod, "post", None)
-        if post is not None:
-            try:
-                post(ctx, todo)
-            except Exception as exc:  # noqa: BLE001 -- reported with the target named, collection still runs
-                if ctx.fail_fast:
-                    raise
-                failures.append(f"{name} post-processing: {exc!r}")
-    ctx.records = KeptRuns(kept) if kept else None
+        failures += train_sitting(name, mod, sitting.todo, ctx)
+    ctx.records = KeptRuns(sitting.kept, sitting.selected) if sitting.partial or ctx.settings else None
     try:
         for path in mod.collect(ctx):
             print(f"   wrote {path}")
     finally:
         ctx.records = None
-    exported = export_runs(name, runs, ctx.out_dir, REPO_ROOT, kept=kept)
+    exported = export_runs(name, sitting.selected, ctx.out_dir, REPO_ROOT, kept=sitting.kept, preserved=sitting.preserved)
     if exported is not None:
         print(f"   wrote {exported} (run metadata)")
+    return failures
+
+
+def train_sitting(name: str, mod: Any, todo: list[Any], ctx: Context) -> list[str]:
+    """Train ``todo`` and run the target's post-training step on it; returns failure messages."""
+    started = time.perf_counter()
+    failures = [f"{s.run_dir}: {msg}" for s, msg in execute(todo, ctx.launcher, fail_fast=ctx.fail_fast, jobs=ctx.jobs)]
+    print(f"   training took {fmt_duration(time.perf_counter() - started)} ({ctx.jobs} at a time)", flush=True)
+    post = getattr(mod, "post", None)
+    if post is not None:
+        try:
+            post(ctx, todo)
+        except Exception as exc:  # noqa: BLE001 -- reported with the target named, collection still runs
+            if ctx.fail_fast:
+                raise
+            failures.append(f"{name} post-processing: {exc!r}")
     return failures
 
 
@@ -208,6 +245,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--from-metadata", action="store_true",
                    help=f"no training, no runs/: tables from <out>/<scale>/run_metadata/<target>.jsonl "
                         f"({', '.join(from_metadata_names())}; `reproduce` skips the others)")
+    p.add_argument("--settings", default="",
+                   help="only these settings (<dataset>-<model>, comma-separated, e.g. geometry3k-vl_3b); the committed "
+                        "metadata of the others is written back as it is")
     p.add_argument("--keep-committed", action="store_true",
                    help="train only the settings that <out>/<scale>/run_metadata/<target>.jsonl lacks: a setting whose "
                         "every run is recorded there, by the command the configs now ask for, is collected from it and "
@@ -237,7 +277,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         ctx = Context(scale=args.scale, seeds=parse_seeds(args.seeds, args.scale), runs_root=args.runs_root,
                       out_dir=collect.generated_dir(args.scale, args.out), launcher=launcher, extra_overrides=tuple(overrides),
                       fail_fast=args.fail_fast, jobs=args.jobs or default_jobs(launcher),
-                      keep_committed=args.keep_committed)
+                      keep_committed=args.keep_committed,
+                      settings=tuple(x for x in args.settings.replace(",", " ").split() if x))
         if args.target == "calibrate":
             calibrate(ctx, [t for t in targets if t not in ("table6", "figures", "correlation")])
             return 0

@@ -12,6 +12,8 @@ import json
 import shutil
 from pathlib import Path
 
+import pytest
+
 from experiments import export as E
 from experiments import run as R
 from experiments.collect import read_rows
@@ -88,3 +90,36 @@ def test_without_the_flag_the_committed_metadata_is_not_read(tmp_path, capsys):
     R.run_target("table1", ctx, dry_run=True)
     out = capsys.readouterr().out
     assert "kept from" not in out and "8 to run" in out
+
+
+def test_a_sitting_of_some_settings_leaves_the_others_committed_records_as_they_are(tmp_path, capsys):
+    """``--settings``: only those settings are trained and collected; the committed records of the
+    others (made by other commands, say: a re-measure in progress) are written back untouched."""
+    specs, path = _trained(tmp_path)
+    old = [json.loads(x) for x in path.read_text().splitlines()]
+    for r in old:  # the committed metadata predates the configs (another warm-start recipe)
+        r["identity"]["overrides"] = [*r["identity"]["overrides"], "model.tiny.sft_steps=2000"]
+        r["summary"]["acc_after"] = 0.99
+    path.write_text("".join(json.dumps(r, sort_keys=True) + "\n" for r in old))
+    ctx = Context(scale="smoke", seeds=[1], runs_root=tmp_path / "runs", out_dir=tmp_path / "out",
+                  launcher="inprocess", keep_committed=True, settings=(KEPT,))
+    assert R.run_target("table1", ctx, collect_only=True) == []
+    out = capsys.readouterr().out
+    assert "kept from" in out and "no complete setting" in out and "left alone: 24 committed runs" in out
+    rows = [r for r in read_rows(tmp_path / "out" / "table1.csv") if r["source"] == "measured" and r["model"]]
+    assert {(r["dataset"], r["model"]) for r in rows} == {("Geometry3K", "Qwen2.5-VL-3B-Instruct")}
+    written = [json.loads(x) for x in path.read_text().splitlines()]
+    assert len(written) == len(old)
+    mine = [r for r in written if (r["dataset"], r["model"]) == ("geometry3k", "vl_3b")]
+    assert len(mine) == 8 and all(r["summary"]["acc_after"] < 0.9 for r in mine)  # trained here, today's command
+    others = sorted((r for r in written if (r["dataset"], r["model"]) != ("geometry3k", "vl_3b")), key=json.dumps)
+    assert others == sorted((r for r in old if (r["dataset"], r["model"]) != ("geometry3k", "vl_3b")), key=json.dumps)
+
+
+def test_an_unknown_setting_is_refused_with_the_valid_ones(tmp_path):
+    from experiments.spec import SpecError
+
+    ctx = Context(scale="smoke", seeds=[1], runs_root=tmp_path / "runs", out_dir=tmp_path / "out", launcher="inprocess",
+                  settings=("geometry3k-vl_9b",))
+    with pytest.raises(SpecError, match="geometry3k-vl_9b: not a setting of table1; valid: geometry3k-vl_3b, "):
+        R.run_target("table1", ctx, dry_run=True)
