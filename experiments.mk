@@ -57,7 +57,7 @@ endif
 calibrate: setup
 	$(EXP_RUN) calibrate $(EXP_ARGS)
 
-# Re-train GRPO and FastRL, seed 1, in every Table 1 setting (8 runs, into runs/reproduce_check)
+# Re-train GRPO and FastRL, seed 1, in every re-measured Table 1 setting (8 runs when all are, into runs/reproduce_check)
 # and compare each with the committed run metadata: a verdict per cell (experiments/reproduce_check.py).
 RC_SEEDS ?= 1
 reproduce-check: setup

@@ -82,18 +82,35 @@ def test_a_record_made_by_another_command_is_refused_before_anything_trains(tmp_
         for s in _real_sample_specs(scale, seeds, root)])
     argv = ["--scale", "smoke", "--seeds", "1", "--runs-root", str(tmp_path / "new"), "--metadata", str(tmp_path / "out")]
     assert RC.main(argv) == 2
-    assert not trained and "different command" in capsys.readouterr().out
+    assert not trained and "nothing to agree with: no setting's runs were made by today's commands" in capsys.readouterr().out
 
 
-def test_a_stale_committed_table1_is_refused_with_its_reason(tmp_path, capsys, monkeypatch):
+def test_a_stale_committed_table1_is_refused_with_its_reason(tmp_path, monkeypatch):
     from experiments import targets as T
 
     real = T.discover()
     monkeypatch.setattr(T, "discover", lambda: {**real, "table1": dataclasses.replace(real["table1"], stale="a new recipe")})
-    records, _ = _committed(tmp_path)
+    records, committed = _committed(tmp_path)
+    other = [dataclasses.replace(s, overrides=s.overrides + ("model.tiny.sft_steps=7",)) for s in committed]
     with pytest.raises(RC.SpecError, match="a new recipe"):
-        RC.check_committed_matches([], records, "mini")
-    RC.check_committed_matches([], records, "smoke")  # only mini's outputs are committed
+        RC.checkable_settings(other, records, "mini")
+
+
+def test_a_table1_re_measured_in_part_is_checked_in_the_re_measured_settings_only(tmp_path, capsys, monkeypatch):
+    """Table 1 re-measured setting by setting (--keep-committed): the settings whose committed runs are
+    today's are re-trained and compared, the others are named and skipped, before anything trains."""
+    records, _ = _committed(tmp_path)
+    done = "geometry3k-vl_3b"
+    trained: list = []
+    monkeypatch.setattr(RC, "execute", lambda specs, *a, **k: trained.extend(specs) or [])
+    monkeypatch.setattr(RC, "sample_specs", lambda scale, seeds, root: [
+        s if s.setting == done else dataclasses.replace(s, overrides=s.overrides + ("model.tiny.sft_steps=7",))
+        for s in _real_sample_specs(scale, seeds, root)])
+    argv = ["--scale", "smoke", "--seeds", "1", "--runs-root", str(tmp_path / "new"), "--metadata", str(tmp_path / "out")]
+    RC.main(argv)
+    out = capsys.readouterr().out
+    assert trained and {s.setting for s in trained} == {done}
+    assert "skipping geometry3k-vl_7b, geoqa8k-vl_3b, geoqa8k-vl_7b" in out and "not re-measured yet" in out
 
 
 _real_sample_specs = RC.sample_specs
