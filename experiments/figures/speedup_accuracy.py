@@ -83,7 +83,9 @@ def draw(points: Mapping[Setting, Sequence[MethodPoint]], out_png: Path, *, titl
     markers = "osD^vP*Xh"
     cols = 2 if len(settings) > 1 else 1
     rows = (len(settings) + cols - 1) // cols
-    fig, axes = plt.subplots(rows, cols, figsize=(6.2 * cols, 4.6 * rows), squeeze=False)
+    # one panel (a table re-measured setting by setting) keeps two panels' width: the title and the
+    # legend of every method are as wide as for four
+    fig, axes = plt.subplots(rows, cols, figsize=(12.4 if cols == 1 else 6.2 * cols, 4.6 * rows), squeeze=False)
     for ax, setting in zip(axes.flat, settings):
         ax.axvline(1.0, color="0.6", lw=0.8, ls="--")
         ax.axhline(0.0, color="0.6", lw=0.8, ls="--")
@@ -101,8 +103,8 @@ def draw(points: Mapping[Setting, Sequence[MethodPoint]], out_png: Path, *, titl
     for ax in list(axes.flat)[len(settings):]:
         ax.set_visible(False)
     handles, labels = axes.flat[0].get_legend_handles_labels()
-    fig.legend(handles, labels, loc="lower center", ncol=min(len(methods), 7), fontsize=9, frameon=False)
-    fig.suptitle(title, fontsize=11)
+    fig.legend(handles, labels, loc="lower center", ncol=min(len(methods), 8), fontsize=9, frameon=False)
+    fig.suptitle(title, fontsize=11, wrap=True)
     fig.tight_layout(rect=(0, 0.06, 1, 0.96))
     out_png.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(out_png, dpi=110)
