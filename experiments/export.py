@@ -173,6 +173,11 @@ def _identity_without_run_dir(identity: dict[str, Any]) -> dict[str, Any]:
     return {**identity, "overrides": [o for o in identity.get("overrides", []) if not o.startswith("trainer.run_dir=")]}
 
 
+def _made_by(record: dict[str, Any], spec: RunSpec) -> bool:
+    """Whether ``record`` was made by the command ``spec`` stands for (wherever its runs root was)."""
+    return _identity_without_run_dir(record.get("identity") or {}) == _identity_without_run_dir(spec.identity())
+
+
 def summary_from_record(record: dict[str, Any]) -> RunSummary:
     """The ``RunSummary`` a record was written from (its ``summary`` holds the unrounded numbers)."""
     s = record["summary"]
@@ -236,9 +241,7 @@ class RunRecords:
         """The record of ``spec``'s run if it was made by the command the configs now ask for; None
         when there is none or another command made it (``--keep-committed`` retrains those)."""
         rec = self._by_key.get(self.key(spec))
-        if rec is None or _identity_without_run_dir(rec.get("identity") or {}) != _identity_without_run_dir(spec.identity()):
-            return None
-        return rec
+        return rec if rec is not None and _made_by(rec, spec) else None
 
     def summary(self, spec: RunSpec) -> RunSummary | None:
         """The recorded summary of ``spec``'s run; None when the metadata has no such run.
@@ -249,8 +252,8 @@ class RunRecords:
         rec = self._by_key.get(self.key(spec))
         if rec is None:
             return None
-        found, expected = _identity_without_run_dir(rec.get("identity") or {}), _identity_without_run_dir(spec.identity())
-        if found != expected:
+        if not _made_by(rec, spec):
+            found, expected = _identity_without_run_dir(rec.get("identity") or {}), _identity_without_run_dir(spec.identity())
             raise SpecError(
                 f"{self.source}: the recorded run {spec.group}/{spec.scale}/{spec.setting}/{spec.variant}/seed{spec.seed} "
                 f"was made by a different command than the configs now ask for:\n  recorded {found}\n  expected "

@@ -37,7 +37,7 @@ from experiments.runner import (
     print_plan, unique,
 )
 import experiments.spec as spec_config
-from experiments.spec import SCALES, SpecError, build_runs, load_table, parse_seeds
+from experiments.spec import SCALES, RunSpec, SpecError, build_runs, load_table, parse_seeds
 from experiments.targets import Target, aliases, discover, make_names
 
 def registered() -> dict[str, Target]:
@@ -90,21 +90,16 @@ class Sitting:
     made by today's commands, with their records); ``preserved``: the committed records of the
     settings this sitting leaves alone, written back as they were."""
 
-    selected: list[Any]
-    kept: dict[Any, dict[str, Any]]
+    selected: list[RunSpec]
+    kept: dict[RunSpec, dict[str, Any]]
     preserved: list[dict[str, Any]]
 
     @property
-    def todo(self) -> list[Any]:
+    def todo(self) -> list[RunSpec]:
         return [s for s in self.selected if s not in self.kept]
 
-    @property
-    def partial(self) -> bool:
-        """Whether collection must read the kept records and skip what was left alone."""
-        return bool(self.kept) or bool(self.preserved)
 
-
-def plan_sitting(name: str, runs: Sequence[Any], ctx: Context) -> Sitting:
+def plan_sitting(name: str, runs: Sequence[RunSpec], ctx: Context) -> Sitting:
     """Split ``runs`` by ``ctx.settings`` and ``ctx.keep_committed``; say what is kept and left alone."""
     known = sorted({s.setting for s in runs})
     unknown = sorted(set(ctx.settings or ()) - set(known))
@@ -145,7 +140,8 @@ def run_target(name: str, ctx: Context, *, dry_run: bool = False, collect_only: 
     failures: list[str] = []
     if not collect_only:
         failures += train_sitting(name, mod, sitting.todo, ctx)
-    ctx.records = KeptRuns(sitting.kept, sitting.selected) if sitting.partial or ctx.settings else None
+    # a sitting of some settings, or with kept ones, collects those only (kept ones from their records)
+    ctx.records = KeptRuns(sitting.kept, sitting.selected) if sitting.kept or ctx.settings else None
     try:
         for path in mod.collect(ctx):
             print(f"   wrote {path}")
@@ -157,7 +153,7 @@ def run_target(name: str, ctx: Context, *, dry_run: bool = False, collect_only: 
     return failures
 
 
-def train_sitting(name: str, mod: Any, todo: list[Any], ctx: Context) -> list[str]:
+def train_sitting(name: str, mod: Any, todo: list[RunSpec], ctx: Context) -> list[str]:
     """Train ``todo`` and run the target's post-training step on it; returns failure messages."""
     started = time.perf_counter()
     failures = [f"{s.run_dir}: {msg}" for s, msg in execute(todo, ctx.launcher, fail_fast=ctx.fail_fast, jobs=ctx.jobs)]
