@@ -27,7 +27,7 @@ $(STAMP): pyproject.toml
 	touch $@
 
 test: setup
-	$(PY) -m pytest -q tests
+	$(PY) -m pytest -q --durations=25 tests
 
 # The paper's configuration rehearsed on this CPU (tests/paper_path, < 6 min): hub-shaped tiny
 # checkpoints under the paper's hub ids, data_prep-written data, paper.yaml with only its sizes
