@@ -48,9 +48,13 @@ def _greedy_val_accuracy(path: Path, num: int = 128) -> float:
     return float(np.mean([s["accuracy"] for s in scores]))
 
 
-@pytest.mark.xfail(strict=True, reason="measured Dec 2: at smoke size the 1e-6 initial-weight copy scores 46.1 % vs "
-                   "the base's 50.0 % (3.9 points, 5 of 128 problems); the held-out selection recipe meets the "
-                   "3-point band at mini in-domain (docs/results.md, Warm starts that reproduce) but not here yet")
+# Not strict: the outcome is the machine's floats. Measured Dec 2 (AVX-512): the 1e-6 copy scores 46.1 %
+# vs the base's 50.0 % (3.9 points, 5 of 128 problems); the CI machine of Dec 3 passed it (strict: an
+# XPASS failure). Only the band's AssertionError is expected; any other error still fails the suite.
+@pytest.mark.xfail(strict=False, raises=AssertionError,
+                   reason="open (issue 26): at smoke size a perturbed copy lands within 3 points on some machines "
+                   "and not others; the held-out selection recipe meets the band at mini in-domain "
+                   "(docs/results.md, Warm starts that reproduce) but not here on every machine yet")
 def test_perturbed_copies_agree_within_3_points(tmp_path: Path) -> None:
     paths = {name: warm_start("mini-math", TEXT_SPEC, out_root=tmp_path / name, **RECIPE, **extra)  # type: ignore[arg-type]
              for name, extra in COPIES.items()}
