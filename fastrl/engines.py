@@ -37,7 +37,7 @@ ROLLOUT_ENGINES = Registry("rollout engine", {
 # rollout's own keys (fastrl.config.RolloutConfig's fields): no engine section may take them.
 ROLLOUT_KEYS: tuple[str, ...] = (
     "engine", "n", "temperature", "top_p", "top_k", "max_new_tokens", "val_temperature", "val_top_p", "val_n",
-    "val_n_final", "logprob_check_tol", "logprob_check_samples",
+    "val_n_final", "logprob_check_tol", "logprob_check_mean_tol", "logprob_check_samples",
 )
 ROLLOUT = SectionGroup("rollout", ROLLOUT_KEYS, (ROLLOUT_ENGINES,))
 # engine -> (the package it needs, how to install it): checked when a run or an evaluation starts

@@ -178,9 +178,11 @@ class RolloutConfig(Sectioned):
     # Samples per problem at the two validations that bound the run (before training, and the
     # final one with the OOD sets); 0: val_n. A cheap n = 1 curve with precise end points.
     val_n_final: int = 0
-    # Weight-sync check: max |engine logp - trainer logp| tolerated after a sync (engines that hold
-    # their own copy of the weights, i.e. vllm).
+    # Weight-sync check (engines that hold their own copy of the weights, i.e. vllm): the largest
+    # |engine logp - trainer logp| on any token, and (None: not checked) on the mean over tokens.
+    # The float32 default is strict; a bf16 engine needs both (configs/scales/paper.yaml says why).
     logprob_check_tol: float = 1e-2
+    logprob_check_mean_tol: float | None = None
     logprob_check_samples: int = 4
     # rollout.hf, rollout.vllm and a plug-in engine's section: fields of schema_of(RolloutConfig).
 
@@ -202,6 +204,9 @@ class RolloutConfig(Sectioned):
             raise ConfigError(f"rollout.max_new_tokens = {self.max_new_tokens} must be >= 1")
         if self.val_n_final < 0:
             raise ConfigError(f"rollout.val_n_final = {self.val_n_final} must be >= 0 (0: rollout.val_n)")
+        if not self.logprob_check_tol > 0 or not (self.logprob_check_mean_tol is None or self.logprob_check_mean_tol > 0):
+            raise ConfigError(f"rollout.logprob_check_tol = {self.logprob_check_tol}, rollout.logprob_check_mean_tol = "
+                              f"{self.logprob_check_mean_tol}: each must be > 0 (the mean's may be null: not checked)")
         self.check_sections()
 
     @property

@@ -50,6 +50,13 @@ def test_overrides_and_scale_precedence():
     assert load_config("methods/grpo.yaml", ["scale=paper"]).model.path.startswith("Qwen/")
 
 
+def test_paper_scale_checks_the_bf16_sync_by_its_mean():
+    """bf16 engines disagree with the trainer by tenths of a nat on a few tokens (configs/scales/paper.yaml)."""
+    paper, smoke = load_config("methods/grpo.yaml", scale="paper"), load_config("methods/grpo.yaml", scale="smoke")
+    assert (paper.rollout.logprob_check_tol, paper.rollout.logprob_check_mean_tol) == (1.5, 0.08)
+    assert (smoke.rollout.logprob_check_tol, smoke.rollout.logprob_check_mean_tol) == (1e-2, None)
+
+
 @pytest.mark.parametrize(
     "override, fragment",
     [
@@ -58,6 +65,8 @@ def test_overrides_and_scale_precedence():
         ("algorithm.pruner=magic", "algorithm.pruner = 'magic' is not one of none, mdap, cppo, random, advantage_only"),
         ("algorithm.rollout_scaler=adaptive", "algorithm.rollout_scaler = 'adaptive' is not one of fixed, ars, ars_retention"),
         ("rollout.n=1", "at least 2"),
+        ("rollout.logprob_check_mean_tol=0", "rollout.logprob_check_mean_tol = 0.0: each must be > 0"),
+        ("rollout.logprob_check_tol=-1", "rollout.logprob_check_tol = -1.0"),
         ("nokey", "dotted.key=value"),
     ],
 )

@@ -42,6 +42,7 @@ RESUMABLE_KEYS: tuple[str, ...] = (
     "trainer.progress",
     "trainer.torch_threads",
     "rollout.logprob_check_tol",
+    "rollout.logprob_check_mean_tol",
     "rollout.logprob_check_samples",
     # When a reward that keeps failing stops the run: a rule for stopping, like total_steps, not
     # for training (a run that never trips it trains the same under any values).

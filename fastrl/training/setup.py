@@ -121,7 +121,9 @@ class PolicyBundle:
         engine_logp = torch.zeros_like(trainer_logp)
         for row, r in enumerate(responses):
             engine_logp[row, : len(r.logprobs)] = torch.tensor(r.logprobs)
-        return logprob_check(engine_logp, trainer_logp, batch["response_mask"], tol=self.cfg.rollout.logprob_check_tol)
+        rollout = self.cfg.rollout
+        return logprob_check(engine_logp, trainer_logp, batch["response_mask"], tol=rollout.logprob_check_tol,
+                             mean_tol=rollout.logprob_check_mean_tol)
 
     def export(self, out_dir: Path) -> Path:
         """Save the current policy as a self-contained HF model dir (weights and config, plus the

@@ -88,3 +88,35 @@ def test_a_step_sleeps_after_the_rollout_and_wakes_around_the_sync(tmp_path: Pat
     trainer.close()
     assert engine.calls[-1] == "close"
 
+
+
+class OffsetEngine(RecordingEngine):
+    """Reports every sampled token's log-prob ``offset`` nats away from the truth: a small
+    disagreement on every token, which a max bound lets through and a mean bound does not."""
+
+    def __init__(self, inner: Any, offset: float) -> None:
+        super().__init__(inner, shares_trainer_weights=False)
+        self.offset = offset
+
+    def generate(self, prompts, n, sampling):
+        from dataclasses import replace
+
+        return [replace(r, logprobs=[x + self.offset for x in r.logprobs]) for r in super().generate(prompts, n, sampling)]
+
+
+@pytest.mark.parametrize("mean_tol", [None, 0.01])
+def test_the_post_sync_check_bounds_the_mean_difference_when_asked(tmp_path: Path, text_model_dir: Path,
+                                                                    mean_tol: float | None) -> None:
+    """rollout.logprob_check_mean_tol reaches the check (a bf16 engine's is the mean: paper.yaml)."""
+    trainer = _trainer(tmp_path, text_model_dir, "rollout.logprob_check_tol=1.0",
+                       f"rollout.logprob_check_mean_tol={'null' if mean_tol is None else mean_tol}")
+    trainer.policy.kit.engine = OffsetEngine(trainer.policy.kit.engine, offset=0.05)
+    try:
+        if mean_tol is None:
+            metrics = trainer.train_step()
+            assert 0.049 < metrics["rollout/logprob_diff_mean"] < 0.051
+        else:
+            with pytest.raises(RuntimeError, match="mean_tol 1.0e-02"):
+                trainer.train_step()
+    finally:
+        trainer.close()
