@@ -81,7 +81,6 @@ PAPER_SHAPE = {"hidden_size": 3584, "num_hidden_layers": 28, "num_attention_head
                "num_key_value_heads": 4, "intermediate_size": 18944, "vocab_size": 152064}
 DRY_SHAPE = {"hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4,
              "num_key_value_heads": 2, "intermediate_size": 128, "vocab_size": 8192}
-VLLM_TOL_BF16 = 5e-2  # max |engine - trainer| log-prob accepted after a bf16 sync
 
 
 @dataclass(frozen=True)
@@ -569,6 +568,14 @@ def section_paper_step(s: Settings) -> dict[str, Any]:
 # ---- vLLM ------------------------------------------------------------------------------------------
 
 
+def paper_bf16_check_tolerances() -> tuple[float, float | None]:
+    """The post-sync check's (max, mean) bounds of configs/scales/paper.yaml, which samples in bf16."""
+    from fastrl.config import load_config
+
+    rollout = load_config("methods/grpo.yaml", scale="paper").rollout
+    return rollout.logprob_check_tol, rollout.logprob_check_mean_tol
+
+
 def section_vllm(s: Settings) -> dict[str, Any]:
     try:
         importlib.import_module("vllm")
@@ -600,7 +607,7 @@ def section_vllm(s: Settings) -> dict[str, Any]:
     prompts = [encoder.encode(r.uid, build_prompt_text(r, "fastrl_math"), []) for r in records]
     sampling = SamplingConfig(temperature=1.0, max_new_tokens=32, seed=0)
 
-    def compare(tol: float) -> dict[str, float] | str:
+    def compare(tol: float, mean_tol: float | None) -> dict[str, float] | str:
         responses = engine.generate(prompts, 2, sampling)
         batch = collate([prompts[r.prompt_index] for r in responses], [r.response_ids for r in responses],
                         int(tokenizer.pad_token_id))
@@ -608,16 +615,17 @@ def section_vllm(s: Settings) -> dict[str, Any]:
             trainer = response_logprobs(policy, batch).float().cpu()
         engine_lp, mask = pad_ragged([r.logprobs for r in responses])
         try:
-            return logprob_check(engine_lp, trainer, mask, tol=tol)
+            return logprob_check(engine_lp, trainer, mask, tol=tol, mean_tol=mean_tol)
         except RuntimeError as err:
             return str(err)
 
-    fresh = compare(VLLM_TOL_BF16)
+    tols = paper_bf16_check_tolerances()
+    fresh = compare(*tols)
     with torch.no_grad():
         g = torch.Generator(device="cuda").manual_seed(1)
         for p in policy.parameters():
             p.add_(0.05 * torch.randn(p.shape, generator=g, device=p.device, dtype=torch.float32).to(p.dtype))
-    stale = compare(1e9)  # engine still on the old weights: must differ clearly
+    stale = compare(1e9, None)  # engine still on the old weights: must differ clearly
     # As in training: sleep after the rollout, wake the weights, push, wake the KV cache.
     free_awake = torch.cuda.mem_get_info()[0]
     engine.sleep()
@@ -627,13 +635,13 @@ def section_vllm(s: Settings) -> dict[str, Any]:
     engine.update_weights((name, p.detach()) for name, p in policy.named_parameters())
     sync_s = time.perf_counter() - t1
     engine.wake_up(("kv_cache",))
-    after = compare(VLLM_TOL_BF16)
+    after = compare(*tols)
     engine.close()
     stale_max = stale["rollout/logprob_diff_max"] if isinstance(stale, dict) else float("nan")
     ok = isinstance(fresh, dict) and isinstance(after, dict) and after["rollout/logprob_diff_max"] < stale_max / 5
     result: dict[str, Any] = {
         "status": "ok" if ok else "failed", "sync_method": engine.sync_method, "dtype": "bfloat16",
-        "engine_start_s": round(start_s, 1), "sync_s": round(sync_s, 4), "tolerance": VLLM_TOL_BF16,
+        "engine_start_s": round(start_s, 1), "sync_s": round(sync_s, 4), "tolerance": {"max": tols[0], "mean": tols[1]},
         "freed_by_sleep_gib": round(freed_by_sleep_gib, 2),
         "fresh": fresh, "stale_before_sync": stale, "after_sync": after,
         "meets_default_logprob_check_tol_1e-2": isinstance(after, dict) and after["rollout/logprob_diff_max"] <= 1e-2,

@@ -101,3 +101,8 @@ def test_gpu_wheels_commands_cover_what_the_box_lacks(tmp_path):
     binary = cmds[-1]
     assert binary[4:6] == ["download", "--only-binary=:all:"] and "3.12" in binary and "manylinux2014_x86_64" in binary
     assert all("--no-deps" in c for c in cmds)
+
+
+def test_vllm_section_checks_the_sync_with_paper_yamls_bf16_bounds():
+    """The GPU vLLM section (bf16) judges its sync as a paper run would: max and mean bounds."""
+    assert _load("gpu_check").paper_bf16_check_tolerances() == (1.5, 0.08)
