@@ -26,7 +26,7 @@ import torch
 from fastrl.config import HFEngineConfig
 from fastrl.data.templates import TEMPLATE_REWARD
 from fastrl.mini.builders import TinyModelSpec
-from fastrl.mini.sft import EvalSettings, Perturbation, SelectionSettings, warm_start
+from fastrl.mini.sft import EvalSettings, Perturbation, SelectionSettings, VariantMix, warm_start
 from fastrl.mini.tasks import generate_task
 from fastrl.policy import PolicySpec, load_policy_kit
 from fastrl.rollout.base import SamplingConfig
@@ -104,6 +104,8 @@ def main() -> None:
     p.add_argument("--steps", type=int, default=2000)
     p.add_argument("--lr", type=float, default=3e-3)
     p.add_argument("--answer-noise", type=float, default=0.3)
+    p.add_argument("--mix-variant", default="", help="train a share of the SFT on this variant (VariantMix)")
+    p.add_argument("--mix-fraction", type=float, default=0.0)
     p.add_argument("--select-every", type=int, default=0, help="0: keep the last step")
     p.add_argument("--select-prompts", type=int, default=256)
     p.add_argument("--patience", type=int, default=0)
@@ -129,7 +131,7 @@ def main() -> None:
         path = warm_start(slot["task"], TinyModelSpec(**slot["spec"]), out_root=args.out / copy.name, seed=1234,
                           steps=args.steps, lr=args.lr, batch_size=32, answer_noise=args.answer_noise,
                           num_threads=copy.threads, eval_settings=EvalSettings(num_prompts=0), selection=selection,
-                          perturbation=copy.perturbation)
+                          perturbation=copy.perturbation, mix=VariantMix(args.mix_variant, args.mix_fraction))
         build = {"wall_s": time.perf_counter() - t0, "cpu_s": time.process_time() - c0}
         manifest = json.loads((path / "sft_manifest.json").read_text())
         acc = measure(path, slot["task"], slot["variants"], num_val=args.num_val, k=args.k,

@@ -83,6 +83,10 @@ class TinyModelConfig:
     # > 0: a converged warm start: training stops at the first evaluation past sft_min_steps with at
     # least this held-out accuracy, and fails if sft_steps end below it (sft_patience is then unused).
     sft_target_accuracy: float = 0.0
+    # A share of the SFT problems from another generator variant of data.task (fastrl.mini.sft.VariantMix):
+    # sft_mix_fraction of them from sft_mix_variant, the rest from default ("" and 0: default only).
+    sft_mix_variant: str = ""
+    sft_mix_fraction: float = 0.0
 
     def check(self) -> None:
         for key in ("sft_select_every", "sft_patience", "sft_min_steps"):
@@ -92,6 +96,11 @@ class TinyModelConfig:
             raise ValueError(f"sft_target_accuracy = {self.sft_target_accuracy} must lie in [0, 1]")
         if self.sft_target_accuracy > 0 and self.sft_select_every <= 0:
             raise ValueError("sft_target_accuracy needs model.tiny.sft_select_every > 0 (the held-out checks)")
+        if not 0.0 <= self.sft_mix_fraction < 1.0:
+            raise ValueError(f"sft_mix_fraction = {self.sft_mix_fraction} must lie in [0, 1)")
+        if bool(self.sft_mix_variant) != (self.sft_mix_fraction > 0):
+            raise ValueError(f"sft_mix_variant = {self.sft_mix_variant!r} and sft_mix_fraction = {self.sft_mix_fraction} "
+                             "go together: name a variant and a fraction > 0, or neither")
         if self.sft_select_every > 0 and self.sft_select_prompts < 1:
             raise ValueError(f"sft_select_prompts = {self.sft_select_prompts} must be >= 1 when "
                              f"model.tiny.sft_select_every > 0")

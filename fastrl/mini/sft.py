@@ -131,11 +131,44 @@ class Perturbation:
         return dataclasses.asdict(self) if self != Perturbation() else {}
 
 
+@dataclass(frozen=True)
+class VariantMix:
+    """A share of the SFT's training (and held-out) problems drawn from another generator variant
+    of the task; part of the cache key when set.
+
+    ``fraction`` of the problems come from ``variant``, the rest from ``default``, shuffled
+    together by the SFT seed. Why: a question type the SFT never sees starts near the floor at a
+    number that moves with the machine's rounding (mini-geo ``total``: 5.6-12.7 % in three builds
+    of one recipe), and RL gains nothing resolved from there; a share of it in the SFT makes it a
+    skill the warm start has (with the answer noise), as an instruct model has some skill at
+    the dataset it is tuned on (docs/results.md, "Warm starts that reproduce")."""
+
+    variant: str = ""
+    fraction: float = 0.0
+
+    def to_key(self) -> dict[str, Any]:
+        return dataclasses.asdict(self) if self.fraction > 0 else {}
+
+
+def sft_problems(task: str, num: int, seed: int, mix: VariantMix = VariantMix()) -> list[Record]:
+    """``num`` training-split problems of ``task`` for the SFT: all ``default``, or ``mix.fraction``
+    of them (rounded) from ``mix.variant``, shuffled in by ``seed``. Without a mix, exactly the
+    problems of the recipes before it existed."""
+    if mix.fraction <= 0:
+        return generate_task(task, split="train", num=num, seed=seed)
+    num_mix = round(mix.fraction * num)
+    records = (generate_task(task, split="train", num=num - num_mix, seed=seed)
+               + generate_task(task, split="train", num=num_mix, seed=seed, variant=mix.variant))
+    random.Random(f"sft-mix-{seed}").shuffle(records)
+    return records
+
+
 def sft_inputs(
     task: str, spec: TinyModelSpec, *, seed: int, steps: int, lr: float, batch_size: int, num_train: int,
     template: str, warmup_frac: float, weight_decay: float, answer_noise: float = 0.0,
     device_type: str = "cpu", autocast_dtype: str | None = None,
     selection: SelectionSettings = SelectionSettings(), perturbation: Perturbation = Perturbation(),
+    mix: VariantMix = VariantMix(),
 ) -> dict[str, Any]:
     """Every input that changes the SFT weights (hashed into the cache directory name).
 
@@ -161,6 +194,7 @@ def sft_inputs(
         **({"autocast": autocast_dtype} if autocast_dtype else {}),
         **({"selection": selection.to_key()} if selection.to_key() else {}),
         **({"perturbation": perturbation.to_key()} if perturbation.to_key() else {}),
+        **({"mix": mix.to_key()} if mix.to_key() else {}),
     }
 
 
@@ -471,6 +505,7 @@ def warm_start(
     compute_dtype: str = "float32",
     selection: SelectionSettings = SelectionSettings(),
     perturbation: Perturbation = Perturbation(),
+    mix: VariantMix = VariantMix(),
 ) -> Path:
     """SFT a tiny ``spec`` model on ``task``'s worked solutions; return its directory (cached).
 
@@ -496,14 +531,15 @@ def warm_start(
     float32 either way.
 
     ``selection`` (:class:`SelectionSettings`) keeps the best held-out step instead of the last;
-    ``perturbation`` (:class:`Perturbation`) is for stability measurements only.
+    ``perturbation`` (:class:`Perturbation`) is for stability measurements only; ``mix``
+    (:class:`VariantMix`) trains on a share of another question type.
     """
     device = torch.device(device)
     autocast = _check_warm_start(steps, batch_size, lr, answer_noise, compute_dtype, device)
     inputs = sft_inputs(task, spec, seed=seed, steps=steps, lr=lr, batch_size=batch_size, num_train=num_train,
                         template=template, warmup_frac=warmup_frac, weight_decay=weight_decay,
                         answer_noise=answer_noise, device_type=device.type, autocast_dtype=autocast,
-                        selection=selection, perturbation=perturbation)
+                        selection=selection, perturbation=perturbation, mix=mix)
     key = cache_key(inputs)
     out_root = Path(out_root)
     final = out_root / f"{task}-{spec.kind}-{key}"
@@ -524,7 +560,8 @@ def warm_start(
                            num_train=num_train, template=template, warmup_frac=warmup_frac,
                            weight_decay=weight_decay, settings=eval_settings or EvalSettings(),
                            log_every=log_every or max(1, steps // 10), answer_noise=answer_noise,
-                           device=device, autocast=autocast, selection=selection, perturbation=perturbation)
+                           device=device, autocast=autocast, selection=selection, perturbation=perturbation,
+                           mix=mix)
         (tmp / MANIFEST).write_text(json.dumps({"inputs": inputs, "key": key, **record}, indent=2, sort_keys=True))
         _publish(tmp, final)
         return final
@@ -603,7 +640,7 @@ def _publish(tmp: Path, final: Path) -> None:
 def _sft_into(tmp: Path, task: str, spec: TinyModelSpec, *, seed: int, steps: int, lr: float, batch_size: int,
               num_train: int, template: str, warmup_frac: float, weight_decay: float, settings: EvalSettings,
               log_every: int, answer_noise: float, device: torch.device, autocast: str | None,
-              selection: SelectionSettings, perturbation: Perturbation) -> dict[str, Any]:
+              selection: SelectionSettings, perturbation: Perturbation, mix: VariantMix) -> dict[str, Any]:
     """Build the tiny model in ``tmp``, SFT it, save it there and evaluate it; the manifest's record."""
     t0 = time.perf_counter()
     build_tiny_model_dir(spec, tmp, seed=seed)
@@ -612,7 +649,7 @@ def _sft_into(tmp: Path, task: str, spec: TinyModelSpec, *, seed: int, steps: in
     model, tokenizer = kit.model, kit.tokenizer
     perturb_weights(model, perturbation)
     num_held_out = selection.num_prompts if selection.every > 0 else 0
-    train = generate_task(task, split="train", num=num_train + num_held_out, seed=seed)
+    train = sft_problems(task, num_train + num_held_out, seed, mix)
     train, held_out = train[:num_train], train[num_train:]
     prompts = [kit.encode(r) for r in train]
     targets = _route_ids(tokenizer, train)

@@ -13,7 +13,8 @@ import torch
 
 from fastrl.config import FastRLConfig, TinyModelConfig
 from fastrl.mini.builders import TinyModelSpec
-from fastrl.mini.sft import SelectionSettings, default_cache_root, warm_start
+from fastrl.mini.sft import SelectionSettings, VariantMix, default_cache_root, warm_start
+from fastrl.mini.tasks import VARIANTS
 from fastrl.models.device import resolve_device
 
 
@@ -22,6 +23,9 @@ def tiny_policy_dir(tiny: TinyModelConfig, cfg: FastRLConfig, device: torch.devi
     its generated task, trained on ``device`` (None: ``model.device`` resolved) the first time it is
     asked for."""
     device = device or resolve_device(cfg.model.device)
+    if tiny.sft_mix_variant and tiny.sft_mix_variant not in VARIANTS[cfg.data.task]:
+        raise ValueError(f"model.tiny.sft_mix_variant = {tiny.sft_mix_variant!r} is not a variant of data.task = "
+                         f"{cfg.data.task}; valid: {', '.join(VARIANTS[cfg.data.task])}")
     return warm_start(
         cfg.data.task, TinyModelSpec.from_model_config(cfg.model), out_root=default_cache_root(), seed=cfg.data.seed,
         steps=tiny.sft_steps, lr=tiny.sft_lr, batch_size=tiny.sft_batch_size, template=cfg.data.template,
@@ -29,4 +33,5 @@ def tiny_policy_dir(tiny: TinyModelConfig, cfg: FastRLConfig, device: torch.devi
         selection=SelectionSettings(every=tiny.sft_select_every, num_prompts=tiny.sft_select_prompts,
                                     patience=tiny.sft_patience, min_steps=tiny.sft_min_steps,
                                     target=tiny.sft_target_accuracy),
+        mix=VariantMix(variant=tiny.sft_mix_variant, fraction=tiny.sft_mix_fraction),
     )

@@ -45,6 +45,7 @@ def test_the_dry_run_lists_the_runs_with_an_estimate(tmp_path, capsys):
 
 
 def test_a_tuned_rate_is_applied_to_every_method_of_its_setting_only(tmp_path, monkeypatch):
+    _with_tuned(monkeypatch, {})  # every setting at the scale's rate (slots.yaml's own rates are data)
     before = {(s.setting, s.variant, s.seed): s.overrides for s in S.build_runs("table1", "mini", [1], tmp_path)}
     _with_tuned(monkeypatch, {"geometry3k-vl_3b": 5e-5, "geoqa8k-vl_7b": 1e-4})
     after = S.build_runs("table1", "mini", [1], tmp_path)

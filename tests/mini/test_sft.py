@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
+import torch
 
 from fastrl.mini import sft
 from fastrl.mini.sft import EvalSettings, jaccard_distance, warm_start
@@ -267,3 +268,49 @@ def test_a_start_that_never_converges_is_one_line_from_fastrl_train(tmp_path: Pa
     err = capsys.readouterr().err
     assert code == 2 and "did not converge" in err and "raise model.tiny.sft_steps" in err
     assert "Traceback" not in err
+
+
+def test_a_variant_mix_draws_its_share_and_is_keyed_only_when_set() -> None:
+    from fastrl.mini.sft import VariantMix, cache_key, sft_inputs, sft_problems
+    from fastrl.mini.tasks import generate_task
+
+    plain = generate_task("mini-geo", split="train", num=40, seed=3)
+    # no mix: exactly the problems (and cache keys) of the recipes before it existed
+    assert [r.uid for r in sft_problems("mini-geo", 40, 3)] == [r.uid for r in plain]
+    mixed = sft_problems("mini-geo", 40, 3, VariantMix("total", 0.25))
+    variants = [r.meta["variant"] for r in mixed]
+    assert variants.count("total") == 10 and variants.count("default") == 30
+    assert variants[:30] != ["default"] * 30  # shuffled in, not appended: the held-out tail gets its share
+    assert [r.uid for r in sft_problems("mini-geo", 40, 3, VariantMix("total", 0.25))] == [r.uid for r in mixed]
+    assert all(r.meta["split"] == "train" for r in mixed)
+    common = dict(seed=0, steps=1, lr=1e-3, batch_size=4, num_train=8, template="fastrl_math", warmup_frac=0.05,
+                  weight_decay=0.0)
+    base = sft_inputs("mini-geo", VL_SPEC, **common)
+    assert sft_inputs("mini-geo", VL_SPEC, **common, mix=VariantMix()) == base and "mix" not in base
+    assert cache_key(sft_inputs("mini-geo", VL_SPEC, **common, mix=VariantMix("total", 0.25))) != cache_key(base)
+
+
+def test_a_variant_mix_is_checked_before_any_model_is_built(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from fastrl.config import ConfigError, load_config
+    from fastrl.mini import source
+
+    with pytest.raises(ConfigError, match=r"model.tiny.sft_mix_fraction = 1.0 must lie in \[0, 1\)"):
+        load_config(None, ["model.tiny.sft_mix_variant=total", "model.tiny.sft_mix_fraction=1.0"], scale="smoke")
+    with pytest.raises(ConfigError, match="sft_mix_variant = 'total' and sft_mix_fraction = 0.0 go together"):
+        load_config(None, ["model.tiny.sft_mix_variant=total"], scale="smoke")
+    cfg = load_config(None, ["data.task=mini-geo", "model.kind=qwen2_5_vl", "model.tiny.sft_mix_variant=long",
+                             "model.tiny.sft_mix_fraction=0.2"], scale="smoke")
+    monkeypatch.setattr(source, "warm_start", lambda *a, **k: pytest.fail("built a model for a bad mix"))
+    with pytest.raises(ValueError, match=r"model.tiny.sft_mix_variant = 'long' is not a variant of data.task = "
+                                         r"mini-geo; valid: default, total"):
+        source.tiny_policy_dir(cfg.model.tiny, cfg, device=torch.device("cpu"))
+
+
+def test_a_mixed_warm_start_trains_on_its_mix(tmp_path: Path) -> None:
+    from fastrl.mini.sft import VariantMix
+
+    path = warm_start("mini-geo", VL_SPEC, out_root=tmp_path, seed=0, steps=2, lr=1e-3, batch_size=4, num_train=8,
+                      eval_settings=EvalSettings(num_prompts=0), mix=VariantMix("total", 0.5))
+    manifest = json.loads((path / "sft_manifest.json").read_text())
+    assert manifest["inputs"]["mix"] == {"variant": "total", "fraction": 0.5}
+    assert load_policy(path) is not None
