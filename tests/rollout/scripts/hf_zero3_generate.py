@@ -78,9 +78,9 @@ def main() -> None:
         out = engine.generate(prompts_for(rank, counts[rank]), n, sampling)
         mine = [(len(r.response_ids), r.finish_reason, r.prompt_index) for r in out]
         results[case] = D.all_gather_object(mine)
-    D.barrier()
     if D.is_main():
         (args.out / "result.json").write_text(json.dumps(results))
+    D.shutdown_distributed()  # barrier + destroy: exiting with the group up can abort at teardown
 
 
 if __name__ == "__main__":
