@@ -15,7 +15,7 @@ from experiments.grid import Context, lr_header
 from experiments.run import target_module
 from tests.experiments.synthetic import write_run
 
-RATES = ("2.5e-5", "5e-5", "1e-4", "2e-4", "4e-4")
+RATES = ("1.25e-5", "2.5e-5", "5e-5", "1e-4", "2e-4", "4e-4")
 TABLE1_SETTINGS = {(s["dataset"], s["model"]) for s in S.load_table("table1")["settings"]}
 
 
@@ -90,7 +90,7 @@ def test_committed_tables_carry_the_rate_in_their_header():
 def test_the_sweep_table_pairs_each_rate_with_1e4_and_names_the_best(tmp_path):
     ctx = Context(scale="smoke", seeds=[1, 2], runs_root=tmp_path / "runs", out_dir=tmp_path / "out",
                   launcher="inprocess")
-    accs = {"lr2.5e-5": (0.30, 0.34), "lr5e-5": (0.50, 0.56), "lr1e-4": (0.40, 0.42), "lr2e-4": (0.20, 0.22), "lr4e-4": (0.10, 0.12)}
+    accs = {"lr1.25e-5": (0.25, 0.30), "lr2.5e-5": (0.30, 0.34), "lr5e-5": (0.50, 0.56), "lr1e-4": (0.40, 0.42), "lr2e-4": (0.20, 0.22), "lr4e-4": (0.10, 0.12)}
     specs = S.build_runs("lr_sweep", "smoke", [1, 2], ctx.runs_root)
     for s in specs:
         write_run(s.run_dir, step_times=[1.0], acc_after=accs[s.variant][s.seed - 1], ood={"total": 0.1})
@@ -103,7 +103,7 @@ def test_the_sweep_table_pairs_each_rate_with_1e4_and_names_the_best(tmp_path):
     assert all(math.isclose(float(r["value"]), 100 * ((0.50 - 0.40) + (0.56 - 0.42)) / 2) for r in d)
     assert all(r["ci95_low"] not in ("", "n/a") for r in d)
     md = md_path.read_text()
-    assert "d_in_domain_acc_vs_lr1e-4" in md and "best_in_domain_acc" in md and "per method, lr2.5e-5" in md
+    assert "d_in_domain_acc_vs_lr1e-4" in md and "best_in_domain_acc" in md and "per method, lr1.25e-5" in md
 
 
 def test_only_the_first_seeds_asked_run_in_a_table_with_max_seeds(tmp_path):
