@@ -95,4 +95,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    from fastrl.training.distributed import exit_process
+
+    exit_process(main())  # a DeepSpeed engine joined a process group: skip the teardown ranks abort in

@@ -378,5 +378,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     return code
 
 
+def entry() -> None:
+    """The ``fastrl`` command (and ``python -m fastrl.cli``): :func:`main`, then a process that was
+    a rank of a process group ends through ``exit_process``, which skips the interpreter teardown
+    ranks were seen to abort in after a finished run."""
+    code = main()
+    distributed = sys.modules.get("fastrl.training.distributed")  # never imported: no group joined
+    if distributed is not None:
+        distributed.exit_process(code)
+    sys.exit(code)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    entry()

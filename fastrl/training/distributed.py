@@ -28,10 +28,13 @@ after which loading takes ~0.1 s.
 
 from __future__ import annotations
 
+import atexit
+import logging
 import os
 import socket
+import sys
 from contextlib import contextmanager
-from typing import Any, Iterable, Iterator, TypeVar
+from typing import Any, Iterable, Iterator, NoReturn, TypeVar
 
 import torch
 import torch.distributed as dist
@@ -39,6 +42,7 @@ import torch.distributed as dist
 T = TypeVar("T")
 
 _ENV_KEYS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")
+_joined_a_group = False  # set once this process has been in a process group (see exit_process)
 
 
 def default_backend() -> str:
@@ -103,6 +107,8 @@ def init_distributed(backend: str | None = None, *, single_process_group: bool =
     backend = backend or default_backend()
     if backend == "nccl":
         torch.cuda.set_device(local_rank)
+    global _joined_a_group
+    _joined_a_group = True
     dist.init_process_group(backend=backend, rank=rank_, world_size=world)
 
 
@@ -111,12 +117,33 @@ def is_initialized() -> bool:
 
 
 def shutdown_distributed() -> None:
-    """Leave the process group cleanly (barrier, then destroy). Exiting with gloo still up was
-    seen to abort a rank at interpreter teardown ("terminate called without an active
-    exception"), after which the launcher kills the other ranks."""
+    """Leave the process group cleanly (barrier, then destroy). Entry points end through
+    :func:`exit_process`, which calls this: leaving the group alone did not stop ranks aborting at
+    interpreter teardown."""
     if dist.is_available() and dist.is_initialized():
         dist.barrier()
         dist.destroy_process_group()
+
+
+def exit_process(code: int) -> NoReturn:
+    """End an entry point's process with ``code``. A process that was ever in a process group
+    leaves it, runs its ``atexit`` handlers, flushes and ends with ``os._exit``: it skips Python's
+    finalization, where CPython (3.11) stops daemon threads with ``pthread_exit``; one still inside
+    a torch call that released the GIL then unwinds through C++ that must not throw, and the rank
+    aborts ("terminate called without an active exception", rc -6) after every result was written,
+    so its launcher reports a failed run. ``multiprocessing`` ends its children the same way.
+    Other processes exit normally. Call it only once everything is written and closed."""
+    if not (_joined_a_group or is_initialized()):
+        sys.exit(code)
+    shutdown_distributed()
+    atexit._run_exitfuncs()
+    logging.shutdown()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):  # closed or broken pipe: nothing more can reach it
+            pass
+    os._exit(code)
 
 
 def rank() -> int:

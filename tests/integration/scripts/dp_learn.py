@@ -56,7 +56,6 @@ def main(out: str, *overrides: str, config: str = "methods/fastrl.yaml") -> None
                        "loss": metrics["actor/loss"], "pg_loss": metrics["actor/pg_loss"],
                        "grad_norm": metrics["actor/grad_norm"], "param_sum": float(params.double().sum()),
                        "param_abs_sum": float(params.double().abs().sum())}, fh)
-    dist.shutdown_distributed()
 
 
 if __name__ == "__main__":
@@ -64,3 +63,4 @@ if __name__ == "__main__":
     configs = [a.split("=", 1)[1] for a in args if a.startswith("--config=")]
     args = [a for a in args if not a.startswith("--config=")]
     main(args[0], *args[1:], **({"config": configs[0]} if configs else {}))
+    dist.exit_process(0)  # leaves the group and skips the teardown ranks were seen to abort in
