@@ -488,7 +488,8 @@ def markdown(title: str, rows: Sequence[Row], metrics: Sequence[str], *, preambl
         # rows carry their seeds as "1 2 3"; list the union, not each row's string
         seeds = sorted({int(k) for r in measured for k in str(r.seeds).split() if k.lstrip("-").isdigit()})
         lines.append(f"Measured at scale {', '.join(scales)}; seeds {', '.join(map(str, seeds))}. Stand-ins:")
-        for dm in sorted({(r.dataset, r.data_used, r.model, r.model_used) for r in measured}):
+        # per-setting rows only: a per-dataset summary row (no model) would list some run's model
+        for dm in sorted({(r.dataset, r.data_used, r.model, r.model_used) for r in measured if r.model}):
             lines.append(f"- {dm[0]} → {dm[1]}; {dm[2]} → {dm[3]}")
     else:
         lines.append("No measured rows yet: run the target (see experiments/README.md).")

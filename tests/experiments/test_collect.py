@@ -293,3 +293,17 @@ def test_table1_shows_what_rl_moved_over_the_warm_start_with_an_interval(tmp_pat
     f = by(rows, source="measured", method="fastrl", metric="in_domain_gain")
     assert math.isclose(float(f["value"]), 15.0) and f["ci95_low"] == "n/a"
     assert "in_domain_gain (points)" in md_path.read_text() and "+20.0 [-4.8, +44.8]" in md_path.read_text()
+
+
+def test_stand_in_list_names_only_per_setting_rows() -> None:
+    """A per-dataset summary row (no model, e.g. FastRL's max speedup) listed a stand-in line with an
+    empty model and some run's tiny model beside it."""
+    common = dict(target="table1", source="measured", method="fastrl", dataset="Geometry3K", scale="mini",
+                  seeds="1 2", data_used="mini-geo (default)")
+    rows = [C.Row(**common, model="Qwen2.5-VL-3B-Instruct", metric="avg_acc", value=90.0,
+                  model_used="tiny Qwen2.5-VL (2 layers, hidden 128)"),
+            C.Row(**common, model="", metric="speedup_vs_grpo_max", value=1.5,
+                  model_used="tiny Qwen2.5-VL (3 layers, hidden 192)")]
+    md = C.markdown("Table 1", rows, ["avg_acc", "speedup_vs_grpo_max"])
+    stand_ins = [line for line in md.splitlines() if line.startswith("- Geometry3K →")]
+    assert stand_ins == ["- Geometry3K → mini-geo (default); Qwen2.5-VL-3B-Instruct → tiny Qwen2.5-VL (2 layers, hidden 128)"]

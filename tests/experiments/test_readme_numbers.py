@@ -133,3 +133,15 @@ def test_readme_room_to_learn_and_ars_rows_match_the_generated_table_and_metadat
         m = ARS_CELL.match(cell)
         assert m, (column, cell)
         assert tuple(int(x) for x in m.groups()) == _n_moved(*SLOTS[column]), (column, cell)
+
+
+def test_readme_block_is_what_dev_readme_table1_renders() -> None:
+    """The block between the README's table1 markers is rewritten by dev/readme_table1.py, never by hand."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("readme_table1", ROOT / "dev" / "readme_table1.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    text = README.read_text()
+    block = text[text.index(module.BEGIN) + len(module.BEGIN):text.index(module.END)]
+    assert block.strip() == module.render().strip(), "run: python dev/readme_table1.py"
