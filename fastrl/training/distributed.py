@@ -116,12 +116,14 @@ def is_initialized() -> bool:
     return dist.is_available() and dist.is_initialized()
 
 
-def shutdown_distributed() -> None:
-    """Leave the process group cleanly (barrier, then destroy). Entry points end through
+def shutdown_distributed(wait_for_peers: bool = True) -> None:
+    """Leave the process group (barrier, then destroy). Entry points end through
     :func:`exit_process`, which calls this: leaving the group alone did not stop ranks aborting at
-    interpreter teardown."""
+    interpreter teardown. ``wait_for_peers=False`` skips the barrier: a rank ending on an interrupt
+    or error cannot count on its peers reaching it (they may be gone, and gloo then raises)."""
     if dist.is_available() and dist.is_initialized():
-        dist.barrier()
+        if wait_for_peers:
+            dist.barrier()
         dist.destroy_process_group()
 
 
@@ -135,7 +137,7 @@ def exit_process(code: int) -> NoReturn:
     Other processes exit normally. Call it only once everything is written and closed."""
     if not (_joined_a_group or is_initialized()):
         sys.exit(code)
-    shutdown_distributed()
+    shutdown_distributed(wait_for_peers=code == 0)
     atexit._run_exitfuncs()
     logging.shutdown()
     for stream in (sys.stdout, sys.stderr):
