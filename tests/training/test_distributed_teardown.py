@@ -122,6 +122,7 @@ from fastrl.training import distributed as D
 rank = int(sys.argv[1])
 dist.init_process_group("gloo", init_method="tcp://127.0.0.1:" + sys.argv[2], rank=rank, world_size=2)
 D._joined_a_group = True
+dist.barrier()  # both ranks have joined (under load rank 1 was still connecting when rank 0 left)
 if rank == 0:
     os._exit(143)  # an interrupted peer: gone without a barrier
 time.sleep(2)
