@@ -33,8 +33,7 @@ from typing import Mapping, Sequence
 
 from experiments.collect import Cell, gather, generated_dir
 from experiments.export import RunRecords, load_records
-from experiments.logs import RunSummary
-from experiments.logs import is_finished
+from experiments.logs import RunSummary, is_finished
 from experiments.runner import build_warm_starts, default_jobs, execute, print_plan
 from experiments.spec import RunSpec, SpecError, build_runs
 from experiments.stats import Interval, t_interval, t_quantile
