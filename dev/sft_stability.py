@@ -111,8 +111,11 @@ def main() -> None:
     p.add_argument("--patience", type=int, default=0)
     p.add_argument("--target", type=float, default=0.0, help="> 0: stop once held-out greedy accuracy reaches it")
     p.add_argument("--min-steps", type=int, default=0)
+    p.add_argument("--anneal-steps", type=int, default=0, help="with --target: anneal this many steps after it")
     p.add_argument("--num-val", type=int, default=256)
-    p.add_argument("--k", type=int, default=4, help="samples per validation problem at T=0.6")
+    # 16: at 4 samples the T=0.6 accuracy of one copy has a sampling s.e. of ~1.4 points, ~2 on a
+    # difference of two copies, too coarse for a +-3 check; 16 halves it.
+    p.add_argument("--k", type=int, default=16, help="samples per validation problem at T=0.6")
     p.add_argument("--max-new-tokens", type=int, default=40)
     p.add_argument("--json", type=Path)
     args = p.parse_args()
@@ -124,7 +127,8 @@ def main() -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
     slot = SLOTS[args.slot]
     selection = SelectionSettings(every=args.select_every, num_prompts=args.select_prompts, patience=args.patience,
-                                  min_steps=args.min_steps, target=args.target)
+                                  min_steps=args.min_steps, target=args.target,
+                                  anneal_steps=args.anneal_steps)
     rows = []
     for copy in (c for c in COPIES if c.name in args.copies):
         t0, c0 = time.perf_counter(), time.process_time()

@@ -83,19 +83,26 @@ class TinyModelConfig:
     # > 0: a converged warm start: training stops at the first evaluation past sft_min_steps with at
     # least this held-out accuracy, and fails if sft_steps end below it (sft_patience is then unused).
     sft_target_accuracy: float = 0.0
+    # > 0 (with sft_target_accuracy): after the target is reached, this many more steps with the lr
+    # falling linearly to 0, keeping the last; the annealed start's sampled accuracy is a property of
+    # the recipe, the first step past the target's is not (SelectionSettings.anneal_steps).
+    sft_anneal_steps: int = 0
     # A share of the SFT problems from another generator variant of data.task (fastrl.mini.sft.VariantMix):
     # sft_mix_fraction of them from sft_mix_variant, the rest from default ("" and 0: default only).
     sft_mix_variant: str = ""
     sft_mix_fraction: float = 0.0
 
     def check(self) -> None:
-        for key in ("sft_select_every", "sft_patience", "sft_min_steps"):
+        for key in ("sft_select_every", "sft_patience", "sft_min_steps", "sft_anneal_steps"):
             if getattr(self, key) < 0:
                 raise ValueError(f"{key} = {getattr(self, key)} must be >= 0")
         if not 0.0 <= self.sft_target_accuracy <= 1.0:
             raise ValueError(f"sft_target_accuracy = {self.sft_target_accuracy} must lie in [0, 1]")
         if self.sft_target_accuracy > 0 and self.sft_select_every <= 0:
             raise ValueError("sft_target_accuracy needs model.tiny.sft_select_every > 0 (the held-out checks)")
+        if self.sft_anneal_steps > 0 and self.sft_target_accuracy <= 0:
+            raise ValueError("sft_anneal_steps anneals after the held-out target: set model.tiny.sft_target_accuracy > 0 "
+                             "(or sft_anneal_steps=0)")
         if not 0.0 <= self.sft_mix_fraction < 1.0:
             raise ValueError(f"sft_mix_fraction = {self.sft_mix_fraction} must lie in [0, 1)")
         if bool(self.sft_mix_variant) != (self.sft_mix_fraction > 0):

@@ -104,13 +104,20 @@ class SelectionSettings:
     # fail if the last step has not: the step a chaotic recipe converges at varies by machine, the
     # converged skill does not (docs/results.md, "Warm starts").
     target: float = 0.0
+    # > 0 (with a target): once the target is reached, train this many more steps with the lr falling
+    # linearly from its value there to 0, and keep the last step. Why: at the first step past the
+    # target the policy's *sampled* accuracy is a snapshot of a high-lr trajectory and moved 7 points
+    # between 1e-6-perturbed copies; annealed, the copies settle on the same point of the SFT loss
+    # (docs/results.md, "Warm starts").
+    anneal_steps: int = 0
 
     def to_key(self) -> dict[str, Any]:
         if self.every <= 0:
             return {}
         key = dataclasses.asdict(self)
-        if not self.target:
-            del key["target"]  # keys written before it existed stay valid
+        for name in ("target", "anneal_steps"):
+            if not key[name]:
+                del key[name]  # keys written before the field existed stay valid
         return key
 
 
@@ -319,11 +326,11 @@ def train_sft(
     where it is (its parameters' device; batches follow); ``autocast_dtype`` (e.g. bf16 on CUDA)
     runs the forward under ``torch.autocast`` while the weights and optimizer stay float32. With
     ``selection.every > 0``, ``evaluate(model)`` (held-out accuracy) runs every ``selection.every``
-    steps and at the end, and the model ends with the parameters of the best evaluated step.
+    steps and at the end, and the model ends with the parameters of the best evaluated step; with
+    ``selection.anneal_steps`` it ends with the last step of the anneal after the target instead.
     """
     if selection.every > 0 and evaluate is None:
         raise ValueError("train_sft: selection.every > 0 needs an evaluate function")
-    device = module_device(model)
     rng = random.Random(seed)
     opt = torch.optim.AdamW(model.parameters(), lr=lr, betas=(0.9, 0.98), weight_decay=weight_decay)
     warmup = max(1, int(warmup_frac * steps))
@@ -331,41 +338,70 @@ def train_sft(
     model.train()
     run = SFTRun(losses=[])
     clock = _Progress(steps, log_every)
-    for step in range(steps):
+
+    def step_at(lr_now: float) -> float:
         for g in opt.param_groups:
-            g["lr"] = _lr_at(step, steps, lr, warmup)
+            g["lr"] = lr_now
         batch = _draw_batch(rng, prompts, targets, noisy_targets, answer_noise, batch_size, pad_id)
-        with _autocast(device, autocast_dtype):
-            logp = response_logprobs(model, batch)
-        total = logp.double().sum() if loss_float64 else logp.sum()
-        loss = -(total / batch["response_mask"].sum().to(logp.device)).to(logp.dtype)
-        if not torch.isfinite(loss):
-            raise FloatingPointError(f"SFT: loss is {loss.item()} at step {step}")
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
-        run.losses.append(loss.item())
+        run.losses.append(_optimizer_step(model, opt, batch, autocast_dtype, loss_float64, len(run.losses)))
+        return run.losses[-1]
+
+    for step in range(steps):
+        step_at(_lr_at(step, steps, lr, warmup))
         clock.tick(step, run.losses, opt.param_groups[0]["lr"])
         run.stopped_at = step + 1
         done = step + 1 == steps
         if chooser is not None and ((step + 1) % selection.every == 0 or done):
             if chooser.observe(model, step + 1) and not done:
-                log.info("sft: no held-out gain above %.3f in %d evaluations; stopping at step %d",
-                         selection.min_gain, selection.patience, step + 1)
+                log.info("sft: stopping at step %d (%s)", step + 1,
+                         "held-out target reached" if selection.target > 0 else
+                         f"no held-out gain above {selection.min_gain:.3f} in {selection.patience} evaluations")
                 break
     clock.close()
     if chooser is not None and selection.target > 0 and chooser.best < selection.target:
         raise SFTNotConverged(f"SFT warm start did not converge: best held-out greedy accuracy {chooser.best:.3f} "
                               f"(step {chooser.kept_step}) < model.tiny.sft_target_accuracy={selection.target} after "
                               f"{run.stopped_at} steps; raise model.tiny.sft_steps")
-    if chooser is not None and chooser.best_state is not None:
-        model.load_state_dict(chooser.best_state)
+    if chooser is not None and selection.target > 0 and selection.anneal_steps > 0:
+        _anneal(model, step_at, start_lr=opt.param_groups[0]["lr"], steps=selection.anneal_steps)
+        run.stopped_at += selection.anneal_steps
+        chooser.observe(model, run.stopped_at)  # the annealed step's held-out accuracy, for the manifest
+        chooser.best_state, chooser.kept_step = None, run.stopped_at  # the last step is kept, whatever it scores
+    if chooser is not None:
+        if chooser.best_state is not None:
+            model.load_state_dict(chooser.best_state)
         run.curve, run.kept_step = chooser.curve, chooser.kept_step
     else:
         run.kept_step = run.stopped_at
     model.eval()
     return run
+
+
+def _optimizer_step(model: torch.nn.Module, opt: torch.optim.Optimizer, batch: dict[str, torch.Tensor],
+                    autocast_dtype: torch.dtype | None, loss_float64: bool, step: int) -> float:
+    """One SFT update on ``batch``; its loss."""
+    with _autocast(module_device(model), autocast_dtype):
+        logp = response_logprobs(model, batch)
+    total = logp.double().sum() if loss_float64 else logp.sum()
+    loss = -(total / batch["response_mask"].sum().to(logp.device)).to(logp.dtype)
+    if not torch.isfinite(loss):
+        raise FloatingPointError(f"SFT: loss is {loss.item()} at step {step}")
+    opt.zero_grad(set_to_none=True)
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+    opt.step()
+    return float(loss.item())
+
+
+def _anneal(model: torch.nn.Module, step_at: Callable[[float], float], *, start_lr: float, steps: int) -> None:
+    """``steps`` more updates with the lr falling linearly from ``start_lr`` to ``start_lr / steps``."""
+    log.info("sft: annealing %d steps from lr %.2e to 0", steps, start_lr)
+    model.train()
+    clock = _Progress(steps, max(1, steps // 4), desc="sft anneal", label="sft anneal")
+    for k in range(steps):
+        lr_now = start_lr * (steps - k) / steps
+        clock.tick(k, [step_at(lr_now)], lr_now)
+    clock.close()
 
 
 def _draw_batch(rng: random.Random, prompts: Sequence[PromptInput], targets: Sequence[Sequence[Sequence[int]]],
@@ -384,10 +420,10 @@ def _draw_batch(rng: random.Random, prompts: Sequence[PromptInput], targets: Seq
 class _Progress:
     """The SFT's progress: a bar in a terminal, else a log line every ``log_every`` steps with ETA."""
 
-    def __init__(self, steps: int, log_every: int) -> None:
-        self.steps, self.log_every = steps, log_every
+    def __init__(self, steps: int, log_every: int, desc: str = "sft warm start", label: str = "sft") -> None:
+        self.steps, self.log_every, self.label = steps, log_every, label
         self.t0 = time.perf_counter()
-        self.bar = progress_bar(steps, "sft warm start", unit="step")
+        self.bar = progress_bar(steps, desc, unit="step")
 
     def tick(self, step: int, losses: list[float], lr: float) -> None:
         if self.bar is not None:
@@ -395,7 +431,7 @@ class _Progress:
             self.bar.update(1)
         elif (step + 1) % self.log_every == 0 or step + 1 == self.steps:
             elapsed = time.perf_counter() - self.t0
-            log.info("sft step %d/%d loss %.4f lr %.2e (%s, about %s left)", step + 1, self.steps,
+            log.info("%s step %d/%d loss %.4f lr %.2e (%s, about %s left)", self.label, step + 1, self.steps,
                      np.mean(losses[-self.log_every:]), lr, duration(elapsed),
                      duration(elapsed / (step + 1) * (self.steps - step - 1)))
 

@@ -32,6 +32,6 @@ def tiny_policy_dir(tiny: TinyModelConfig, cfg: FastRLConfig, device: torch.devi
         answer_noise=tiny.sft_answer_noise, device=device, compute_dtype=cfg.model.dtype,
         selection=SelectionSettings(every=tiny.sft_select_every, num_prompts=tiny.sft_select_prompts,
                                     patience=tiny.sft_patience, min_steps=tiny.sft_min_steps,
-                                    target=tiny.sft_target_accuracy),
+                                    target=tiny.sft_target_accuracy, anneal_steps=tiny.sft_anneal_steps),
         mix=VariantMix(variant=tiny.sft_mix_variant, fraction=tiny.sft_mix_fraction),
     )

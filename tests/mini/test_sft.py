@@ -314,3 +314,46 @@ def test_a_mixed_warm_start_trains_on_its_mix(tmp_path: Path) -> None:
     manifest = json.loads((path / "sft_manifest.json").read_text())
     assert manifest["inputs"]["mix"] == {"variant": "total", "fraction": 0.5}
     assert load_policy(path) is not None
+
+
+def test_an_anneal_after_the_target_trains_more_steps_with_falling_lr_and_keeps_the_last(tmp_path: Path,
+                                                                                           monkeypatch) -> None:
+    kit, prompts, targets = _tiny_sft_inputs(tmp_path)
+    lrs: list[float] = []
+    real_step = sft._optimizer_step
+
+    def spy(model, opt, *args):
+        lrs.append(opt.param_groups[0]["lr"])
+        return real_step(model, opt, *args)
+
+    monkeypatch.setattr(sft, "_optimizer_step", spy)
+    snapshots = {}
+
+    def evaluate(model):
+        snapshots[len(snapshots) + 1] = {k: v.clone() for k, v in model.state_dict().items()}
+        return [0.97, 0.1][len(snapshots) - 1]  # target reached at step 2; the annealed step scores low
+
+    run = sft.train_sft(kit.model, prompts, targets, pad_id=kit.pad_id, seed=0, steps=10, lr=1e-2, batch_size=2,
+                        warmup_frac=0.0, weight_decay=0.0, log_every=1, evaluate=evaluate,
+                        selection=sft.SelectionSettings(every=2, target=0.95, anneal_steps=4))
+    # 2 steps to the target (checked at 2), then 4 annealed steps from the lr there down to lr/4.
+    assert len(lrs) == 6 and run.stopped_at == 6 and run.kept_step == 6
+    assert lrs[2:] == pytest.approx([lrs[1] * f for f in (1.0, 0.75, 0.5, 0.25)])
+    assert run.curve == [(2, 0.97), (6, 0.1)]  # the annealed step is kept although it scores lowest
+    final = kit.model.state_dict()
+    assert all(torch_equal(final[k], snapshots[2][k]) for k in final)
+    assert not all(torch_equal(final[k], snapshots[1][k]) for k in final)
+
+
+def test_an_anneal_is_keyed_only_when_set_and_needs_a_target() -> None:
+    from fastrl.config import ConfigError, load_config
+
+    assert "anneal_steps" not in sft.SelectionSettings(every=50, target=0.95).to_key()
+    assert sft.SelectionSettings(every=50, target=0.95, anneal_steps=1000).to_key()["anneal_steps"] == 1000
+    with pytest.raises(ConfigError, match="model.tiny.sft_anneal_steps anneals after the held-out target"):
+        load_config(None, ["model.tiny.sft_anneal_steps=100"], scale="smoke")
+    with pytest.raises(ConfigError, match="model.tiny.sft_anneal_steps = -1 must be >= 0"):
+        load_config(None, ["model.tiny.sft_anneal_steps=-1"], scale="smoke")
+    cfg = load_config(None, ["model.tiny.sft_select_every=10", "model.tiny.sft_target_accuracy=0.9",
+                             "model.tiny.sft_anneal_steps=100"], scale="smoke")
+    assert cfg.model.tiny.sft_anneal_steps == 100
