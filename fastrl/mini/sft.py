@@ -280,13 +280,18 @@ class _BestHeldOut:
         self.stale = 0
         self.curve: list[tuple[int, float]] = []
 
-    def observe(self, model: torch.nn.Module, step: int) -> bool:
-        """Measure ``model`` after ``step`` steps; True when training should stop."""
+    def note(self, model: torch.nn.Module, step: int) -> float:
+        """Measure ``model`` after ``step`` steps into the curve (nothing kept); its accuracy."""
         model.eval()
         with torch.no_grad():
             acc = float(self.evaluate(model))
         model.train()
         self.curve.append((step, acc))
+        return acc
+
+    def observe(self, model: torch.nn.Module, step: int) -> bool:
+        """Measure ``model`` after ``step`` steps; True when training should stop."""
+        acc = self.note(model, step)
         self.stale = 0 if acc > self.best + self.settings.min_gain else self.stale + 1
         if acc >= self.best:
             self.best, self.kept_step = acc, step
@@ -365,9 +370,9 @@ def train_sft(
     if chooser is not None and selection.target > 0 and selection.anneal_steps > 0:
         _anneal(model, step_at, start_lr=opt.param_groups[0]["lr"], steps=selection.anneal_steps)
         run.stopped_at += selection.anneal_steps
-        chooser.observe(model, run.stopped_at)  # the annealed step's held-out accuracy, for the manifest
-        chooser.best_state, chooser.kept_step = None, run.stopped_at  # the last step is kept, whatever it scores
-    if chooser is not None:
+        chooser.note(model, run.stopped_at)  # for the manifest: the last step is kept, whatever it scores
+        run.curve, run.kept_step = chooser.curve, run.stopped_at
+    elif chooser is not None:
         if chooser.best_state is not None:
             model.load_state_dict(chooser.best_state)
         run.curve, run.kept_step = chooser.curve, chooser.kept_step
@@ -396,7 +401,6 @@ def _optimizer_step(model: torch.nn.Module, opt: torch.optim.Optimizer, batch: d
 def _anneal(model: torch.nn.Module, step_at: Callable[[float], float], *, start_lr: float, steps: int) -> None:
     """``steps`` more updates with the lr falling linearly from ``start_lr`` to ``start_lr / steps``."""
     log.info("sft: annealing %d steps from lr %.2e to 0", steps, start_lr)
-    model.train()
     clock = _Progress(steps, max(1, steps // 4), desc="sft anneal", label="sft anneal")
     for k in range(steps):
         lr_now = start_lr * (steps - k) / steps
