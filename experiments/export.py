@@ -173,9 +173,11 @@ def _identity_without_run_dir(identity: dict[str, Any]) -> dict[str, Any]:
     return {**identity, "overrides": [o for o in identity.get("overrides", []) if not o.startswith("trainer.run_dir=")]}
 
 
-def _made_by(record: dict[str, Any], spec: RunSpec) -> bool:
-    """Whether ``record`` was made by the command ``spec`` stands for (wherever its runs root was)."""
-    return _identity_without_run_dir(record.get("identity") or {}) == _identity_without_run_dir(spec.identity())
+def made_by(record: dict[str, Any], spec: RunSpec) -> bool:
+    """Whether ``record`` (a committed record or a run's run_spec.json) was made by the command
+    ``spec`` stands for, wherever its runs root was and under whichever key names it was written."""
+    found = upgrade_record(record).get("identity") or {}
+    return _identity_without_run_dir(found) == _identity_without_run_dir(spec.identity())
 
 
 def summary_from_record(record: dict[str, Any]) -> RunSummary:
@@ -241,7 +243,7 @@ class RunRecords:
         """The record of ``spec``'s run if it was made by the command the configs now ask for; None
         when there is none or another command made it (``--keep-committed`` retrains those)."""
         rec = self._by_key.get(self.key(spec))
-        return rec if rec is not None and _made_by(rec, spec) else None
+        return rec if rec is not None and made_by(rec, spec) else None
 
     def summary(self, spec: RunSpec) -> RunSummary | None:
         """The recorded summary of ``spec``'s run; None when the metadata has no such run.
@@ -252,7 +254,7 @@ class RunRecords:
         rec = self._by_key.get(self.key(spec))
         if rec is None:
             return None
-        if not _made_by(rec, spec):
+        if not made_by(rec, spec):
             found, expected = _identity_without_run_dir(rec.get("identity") or {}), _identity_without_run_dir(spec.identity())
             raise SpecError(
                 f"{self.source}: the recorded run {spec.group}/{spec.scale}/{spec.setting}/{spec.variant}/seed{spec.seed} "

@@ -40,6 +40,8 @@ class Context:
     keep_committed: bool = False
     # --settings: only these settings (<dataset>-<model>); () = all
     settings: tuple[str, ...] = ()
+    # --set-aside-superseded: finished runs of another command move under <runs>/.superseded/ and train again
+    set_aside_superseded: bool = False
     failures: list[str] = field(default_factory=list)
 
 

@@ -34,7 +34,7 @@ from typing import Mapping, Sequence
 from experiments.collect import Cell, gather, generated_dir
 from experiments.export import RunRecords, load_records
 from experiments.logs import RunSummary, is_finished
-from experiments.runner import build_warm_starts, default_jobs, execute, print_plan
+from experiments.runner import RunError, build_warm_starts, default_jobs, execute, print_plan, settle_superseded
 from experiments.spec import RunSpec, SpecError, build_runs
 from experiments.stats import Interval, t_interval, t_quantile
 
@@ -191,6 +191,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                     help="warm starts built at once (default: one per CPU core); the runs are always timed one at a time")
     ap.add_argument("--dry-run", action="store_true")
     ap.add_argument("--collect-only", action="store_true")
+    ap.add_argument("--set-aside-superseded", action="store_true",
+                    help="move finished runs of another command under <runs-root>/.superseded/ and train them again")
     args = ap.parse_args(argv)
     try:
         records = load_records(args.metadata or generated_dir(args.scale), TARGET)
@@ -206,6 +208,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     jobs = args.jobs or default_jobs("subprocess")
     print(f"   warm starts first, up to {jobs} at a time (untimed); then the runs, one at a time")
+    try:
+        settle_superseded(specs, args.runs_root, move=args.set_aside_superseded, dry_run=args.dry_run)
+    except RunError as exc:
+        print(f"reproduce-check: {exc}")
+        return 2
     print_plan("reproduce-check", args.scale, specs, args.runs_root, "subprocess", 1)
     if args.dry_run:
         return 0

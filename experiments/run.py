@@ -34,7 +34,7 @@ from experiments.grid import Context
 from experiments.runner import (
     CALIBRATION_DIR, DEFAULT_LAUNCHER, LAUNCHERS, REPO_ROOT, Interrupted, RunError, default_jobs, execute, fmt_duration,
     launch,
-    print_plan, unique,
+    print_plan, settle_superseded, unique,
 )
 import experiments.spec as spec_config
 from experiments.spec import SCALES, RunSpec, SpecError, build_runs, load_table, parse_seeds
@@ -131,6 +131,7 @@ def run_target(name: str, ctx: Context, *, dry_run: bool = False, collect_only: 
     runs = unique(mod.specs(ctx))
     print(f"\n##### {name}: {target.description}", flush=True)
     sitting = plan_sitting(name, runs, ctx)
+    settle_superseded(sitting.todo, ctx.runs_root, move=ctx.set_aside_superseded, dry_run=dry_run)
     print_plan(name, ctx.scale, sitting.todo, ctx.runs_root, ctx.launcher, ctx.jobs)
     describe = getattr(mod, "describe", None)
     if describe is not None:
@@ -248,6 +249,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="train only the settings that <out>/<scale>/run_metadata/<target>.jsonl lacks: a setting whose "
                         "every run is recorded there, by the command the configs now ask for, is collected from it and "
                         "written back (a re-measure longer than one sitting, built setting by setting)")
+    p.add_argument("--set-aside-superseded", action="store_true",
+                   help="a finished run made by another command than the configs now ask for (its run_spec.json) is "
+                        "moved under <runs-root>/.superseded/<time>/ and trained again (without it: refused)")
     p.add_argument("--fail-fast", action="store_true", help="stop at the first failed run")
     p.add_argument("--jobs", type=int, default=None,
                    help="runs at once (default: one per CPU core with the subprocess launcher, else 1)")
@@ -273,7 +277,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         ctx = Context(scale=args.scale, seeds=parse_seeds(args.seeds, args.scale), runs_root=args.runs_root,
                       out_dir=collect.generated_dir(args.scale, args.out), launcher=launcher, extra_overrides=tuple(overrides),
                       fail_fast=args.fail_fast, jobs=args.jobs or default_jobs(launcher),
-                      keep_committed=args.keep_committed,
+                      keep_committed=args.keep_committed, set_aside_superseded=args.set_aside_superseded,
                       settings=tuple(x for x in args.settings.replace(",", " ").split() if x))
         if args.target == "calibrate":
             calibrate(ctx, [t for t in targets if t not in ("table6", "figures", "correlation")])

@@ -37,7 +37,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
-from experiments.export import code_commit, environment
+from experiments.export import code_commit, environment, made_by
 from experiments.logs import SPEC_FILE, is_finished, read_spec, summarize
 from experiments.spec import RunSpec, train_argv
 
@@ -197,6 +197,50 @@ def check_owner(spec: RunSpec) -> None:
             f"{spec.run_dir} holds a run of a different command ({SPEC_FILE}):\n  found    {found.get('identity')}\n"
             f"  expected {spec.identity()}\nDelete the directory or use another RUNS root."
         )
+
+
+SUPERSEDED_DIR = ".superseded"  # <runs root>/.superseded/<stamp>/<the run's path under the root>
+
+
+def superseded(specs: Sequence[RunSpec]) -> list[RunSpec]:
+    """The specs whose directory holds a *finished* run of another command: the configs changed
+    since it was trained (a warm-start recipe, a learning rate). Counted as done, it would be
+    reused and collected beside runs of today's command in one table."""
+    return [s for s in specs
+            if is_finished(s.run_dir) and (found := read_spec(s.run_dir)) and not made_by(found, s)]
+
+
+def set_aside(specs: Sequence[RunSpec], runs_root: Path) -> Path:
+    """Move the run directories of ``specs`` under ``<runs_root>/.superseded/<stamp>/`` (their
+    paths under the root kept), out of every ``runs/<target>/...`` glob; returns that folder."""
+    dest_root = Path(runs_root) / SUPERSEDED_DIR / time.strftime("%Y%m%d-%H%M%S")
+    for s in specs:
+        try:
+            rel = Path(s.run_dir).relative_to(runs_root)
+        except ValueError:  # a run directory outside the root: keep its last four parts
+            rel = Path(*Path(s.run_dir).parts[-4:])
+        (dest_root / rel).parent.mkdir(parents=True, exist_ok=True)
+        Path(s.run_dir).rename(dest_root / rel)
+    return dest_root
+
+
+def settle_superseded(specs: Sequence[RunSpec], runs_root: Path, *, move: bool, dry_run: bool = False) -> None:
+    """Finished runs of another command are never reused silently: refused with the fix, or with
+    ``move`` set aside (``set_aside``) so that today's command trains them again."""
+    old = superseded(specs)
+    if not old:
+        return
+    listed = "\n".join(f"  {s.run_dir}" for s in old[:10]) + (f"\n  ... and {len(old) - 10} more" if len(old) > 10 else "")
+    fix = (f"EXP_FLAGS=--set-aside-superseded (python -m experiments.run ... --set-aside-superseded) moves them to "
+           f"{Path(runs_root) / SUPERSEDED_DIR}/<time>/ and trains them again; or delete them")
+    if dry_run:
+        print(f"   {len(old)} finished runs were made by another command (run_spec.json) and would be refused:\n"
+              f"{listed}\n   {fix}", flush=True)
+    elif not move:
+        raise RunError(f"{len(old)} finished runs were made by another command than the configs now ask for "
+                       f"(their run_spec.json):\n{listed}\n{fix}")
+    else:
+        print(f"   set aside {len(old)} finished runs of another command: {set_aside(old, runs_root)}", flush=True)
 
 
 def train_command(spec: RunSpec, launcher: str, python: str = sys.executable) -> list[str]:

@@ -283,3 +283,37 @@ def test_a_run_held_by_another_live_process_is_waited_for_not_a_failure(tmp_path
     out = capsys.readouterr().out
     assert f"is held by pid {holder.pid}" in out and f"finished by pid {holder.pid}" in out
     assert json.loads((spec.run_dir / SPEC_FILE).read_text())["status"] == "finished"
+
+
+def _finished_by(spec, identity) -> None:
+    write_run(spec.run_dir, step_times=[1.0])
+    (spec.run_dir / SPEC_FILE).write_text(json.dumps({"identity": identity, "status": "finished"}))
+
+
+def test_a_finished_run_of_another_command_is_refused_not_reused(tmp_path, monkeypatch, capsys):
+    """A finished run whose run_spec.json records another command (here: the warm-start recipe
+    changed since) was counted as done: reused and collected beside today's runs in one table. On
+    Dec 6 ten Table 1 runs trained before the SFT anneal sat among the re-measured ones."""
+    from experiments import run as RUN
+    from experiments.grid import Context
+
+    specs = [s for s in build_runs("table1", "smoke", [1], tmp_path / "runs") if s.setting == "geometry3k-vl_3b"]
+    old, same = specs[0], specs[1]
+    _finished_by(old, {**old.identity(), "overrides": old.identity()["overrides"][1:]})  # one override fewer
+    _finished_by(same, {**same.identity(), "overrides": [*same.identity()["overrides"]]})
+    assert R.superseded(specs) == [old]
+    ctx = Context(scale="smoke", seeds=[1], runs_root=tmp_path / "runs", out_dir=tmp_path / "out",
+                  launcher="inprocess", settings=("geometry3k-vl_3b",))
+    with pytest.raises(R.RunError, match=f"(?s)1 finished runs were made by another command.*{old.run_dir}.*"
+                                          "--set-aside-superseded"):
+        RUN.run_target("table1", ctx, collect_only=True)
+
+    launched = []
+    monkeypatch.setattr(R, "launch", lambda s, launcher: launched.append(s) or 1.0)
+    aside = tmp_path / "runs" / R.SUPERSEDED_DIR
+    R.settle_superseded(specs, tmp_path / "runs", move=True)
+    moved = list(aside.glob(f"*/{old.run_dir.relative_to(tmp_path / 'runs')}/metrics.jsonl"))
+    assert len(moved) == 1 and not old.run_dir.exists()  # kept, out of the way, not deleted
+    assert R.superseded(specs) == [] and same.run_dir.is_dir()
+    R.execute(specs, "inprocess")
+    assert old in launched and same not in launched
