@@ -1,13 +1,15 @@
 """``make correlation``: Fig. 5 / App. B.2 measured on the warm-started policy of each setting.
 
 Per (setting, seed): ``runs/correlation/<scale>/<dataset>-<model>/seed<k>/{pairs.csv,summary.json}``
-(reused when summary.json exists). The collector writes paper_figures/generated/correlation.csv/.md
+(reused when summary.json exists and policy.json names the warm start the configs now resolve to;
+one of another warm start is refused, or set aside with --set-aside-superseded). The collector writes paper_figures/generated/correlation.csv/.md
 and the scatter plot fig5_correlation.png.
 """
 
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 from typing import Any
 
@@ -102,10 +104,42 @@ def describe(ctx: Context) -> None:
               f"{st['questions'] * st['n']} responses)")
 
 
+def measured_another_policy(ctx: Context, dataset: str, model: str, seed: int) -> str | None:
+    """The policy a finished measurement recorded (policy.json) when it is not the one the configs
+    now resolve to (a warm start is named by its cache key: a changed SFT recipe is another policy);
+    None when it is the same. Resolving builds the warm start when it is not cached yet."""
+    from fastrl.training.setup import resolve_policy_path
+
+    recorded = json.loads((out_dir(ctx, dataset, model, seed) / "policy.json").read_text())["policy"]
+    current = resolve_policy_path(run_config(ctx, dataset, model, seed))
+    return None if Path(recorded).name == Path(current).name else recorded
+
+
+def _settle_measured(ctx: Context, dataset: str, model: str, seed: int) -> bool:
+    """Whether a finished measurement of today's policy is there to reuse; one of another policy is
+    refused (RunError) or, with ``--set-aside-superseded``, moved under runs/.superseded/."""
+    from experiments.runner import SUPERSEDED_DIR, RunError
+
+    out = out_dir(ctx, dataset, model, seed)
+    if not (out / "summary.json").is_file():
+        return False
+    old = measured_another_policy(ctx, dataset, model, seed)
+    if old is None:
+        return True
+    if not ctx.set_aside_superseded:
+        raise RunError(f"{out} measured the policy {old}, not the one the configs now ask for: "
+                       f"EXP_FLAGS=--set-aside-superseded moves it under {ctx.runs_root / SUPERSEDED_DIR}/ and measures again")
+    dest = ctx.runs_root / SUPERSEDED_DIR / time.strftime("%Y%m%d-%H%M%S") / out.relative_to(ctx.runs_root)
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    out.rename(dest)
+    print(f"   set aside {out} (measured {old}): {dest}", flush=True)
+    return False
+
+
 def post(ctx: Context, runs: list[RunSpec]) -> None:
     for s in load_table(TARGET)["settings"]:
         for seed in ctx.seeds:
-            if (out_dir(ctx, s["dataset"], s["model"], seed) / "summary.json").is_file():
+            if _settle_measured(ctx, s["dataset"], s["model"], seed):
                 print(f"-- correlation {s['dataset']}-{s['model']} seed{seed}: reused", flush=True)
                 continue
             print(f"-- correlation {s['dataset']}-{s['model']} seed{seed}", flush=True)

@@ -5,7 +5,9 @@ from __future__ import annotations
 import csv
 import json
 import math
+from dataclasses import replace
 from itertools import combinations
+from pathlib import Path
 
 import pytest
 import torch
@@ -143,3 +145,35 @@ def test_a_run_stopped_in_the_gradients_leaves_responses_and_finished_pairs(tmp_
     assert len((out / "responses.jsonl").read_text().splitlines()) == st.questions * st.n
     assert len(G.read_pairs(out / "pairs.csv")) == st.n * (st.n - 1) // 2  # the first question's
     assert not (out / "summary.json").exists()
+
+
+def test_a_measurement_of_another_policy_is_refused_or_set_aside_not_reused(tmp_path, monkeypatch):
+    """summary.json alone counted as done: on Dec 6 both mini measurements were of the warm starts
+    before the SFT anneal (cache key de97f0ab5c9c, now 85ea3a43151f) and would have been reused."""
+    import fastrl.training.setup as setup
+    from experiments.correlation import target as T
+    from experiments.runner import SUPERSEDED_DIR, RunError
+
+    ctx = Context(scale="smoke", seeds=[1], runs_root=tmp_path / "runs", out_dir=tmp_path / "out", launcher="inprocess")
+    setting = T.load_table(T.TARGET)["settings"][0]
+    out = T.out_dir(ctx, setting["dataset"], setting["model"], 1)
+    out.mkdir(parents=True)
+    (out / "summary.json").write_text("{}")
+    (out / "policy.json").write_text(json.dumps({"policy": "/elsewhere/.cache/sft/mini-geo-qwen2_5_vl-old"}))
+    measured = []
+    monkeypatch.setattr(T, "measure", lambda c, d, m, s: measured.append((d, m, s)) or
+                        {"correlation": {"same_adv": {"n_pairs": 0, "pearson_r": 0.0, "spearman_rho": 0.0}}})
+    monkeypatch.setattr(T, "load_table", lambda name: {"settings": [setting]})  # post's loop: this setting only
+    monkeypatch.setattr(setup, "resolve_policy_path", lambda cfg: Path("/here/.cache/sft/mini-geo-qwen2_5_vl-new"))
+    with pytest.raises(RunError, match="measured the policy .*-old.*--set-aside-superseded"):
+        T.post(ctx, [])
+    assert measured == []
+
+    monkeypatch.setattr(setup, "resolve_policy_path", lambda cfg: Path("/there/.cache/sft/mini-geo-qwen2_5_vl-old"))
+    T.post(ctx, [])  # the same warm start (by its key, wherever the cache is): reused
+    assert measured == []
+
+    monkeypatch.setattr(setup, "resolve_policy_path", lambda cfg: Path("/here/.cache/sft/mini-geo-qwen2_5_vl-new"))
+    T.post(replace(ctx, set_aside_superseded=True), [])
+    assert measured == [(setting["dataset"], setting["model"], 1)]
+    assert len(list((tmp_path / "runs" / SUPERSEDED_DIR).glob("*/correlation/smoke/*/seed1/policy.json"))) == 1
