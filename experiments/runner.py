@@ -210,6 +210,67 @@ def superseded(specs: Sequence[RunSpec]) -> list[RunSpec]:
             if is_finished(s.run_dir) and (found := read_spec(s.run_dir)) and not made_by(found, s)]
 
 
+# A run's times are measurements only where it had the CPUs it asked for. On Dec 6 Table 4 retrained
+# ten GeoQA-large runs beside the test suite; Tables 2 and 7 then reused them as their GRPO and FastRL
+# references, 35-40 % slower in CPU time than the same runs trained quietly (accuracies identical).
+# Over this margin of runnable threads above the CPU count, a run counts as timed on a busy machine.
+OVERSUBSCRIBED_MARGIN = 0.5
+LOAD_SAMPLE_S = 5.0
+
+
+class LoadSampler:
+    """Samples the machine's 1-minute load average while a run trains (every ``LOAD_SAMPLE_S`` and
+    at its end); ``record()`` is what ``run_spec.json`` keeps as ``machine_load``."""
+
+    def __init__(self, every_s: float = LOAD_SAMPLE_S) -> None:
+        self.every_s = every_s
+        self.samples: list[float] = []
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._loop, daemon=True)
+
+    def _sample(self) -> None:
+        try:
+            self.samples.append(os.getloadavg()[0])
+        except OSError:  # no load average on this platform: nothing recorded, nothing refused
+            pass
+
+    def _loop(self) -> None:
+        while not self._done.wait(self.every_s):
+            self._sample()
+
+    def __enter__(self) -> "LoadSampler":
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self._done.set()
+        self._thread.join()
+        self._sample()
+
+    def record(self) -> dict[str, Any]:
+        n = len(self.samples)
+        return {"cpus": os.cpu_count() or 1, "samples": n,
+                "load_1min_mean": round(sum(self.samples) / n, 2) if n else None,
+                "load_1min_max": round(max(self.samples), 2) if n else None}
+
+
+def oversubscribed(written: dict[str, Any]) -> str | None:
+    """Why a finished run's times are not measurements (more runnable threads than CPUs, on average,
+    while it trained), or None; None too for runs trained before the load was recorded."""
+    load = written.get("machine_load") or {}
+    mean, cpus = load.get("load_1min_mean"), load.get("cpus")
+    if mean is None or not cpus or mean <= cpus + OVERSUBSCRIBED_MARGIN:
+        return None
+    return f"load {mean:.1f} on {cpus} CPUs while it trained"
+
+
+def timed_busy(specs: Sequence[RunSpec]) -> list[RunSpec]:
+    """The specs whose directory holds a finished run of today's command whose times were taken on
+    an oversubscribed machine (``oversubscribed``): reused, it would put them into a table."""
+    return [s for s in specs
+            if is_finished(s.run_dir) and (found := read_spec(s.run_dir)) and made_by(found, s) and oversubscribed(found)]
+
+
 def set_aside(specs: Sequence[RunSpec], runs_root: Path) -> Path:
     """Move the run directories of ``specs`` under ``<runs_root>/.superseded/<stamp>/`` (their
     paths under the root kept), out of every ``runs/<target>/...`` glob; returns that folder."""
@@ -225,22 +286,25 @@ def set_aside(specs: Sequence[RunSpec], runs_root: Path) -> Path:
 
 
 def settle_superseded(specs: Sequence[RunSpec], runs_root: Path, *, move: bool, dry_run: bool = False) -> None:
-    """Finished runs of another command are never reused silently: refused with the fix, or with
-    ``move`` set aside (``set_aside``) so that today's command trains them again."""
-    old = superseded(specs)
-    if not old:
+    """Finished runs of another command, and runs timed on a busy machine (``timed_busy``), are never
+    reused silently: refused with the fix, or with ``move`` set aside (``set_aside``) so that today's
+    command trains them again."""
+    old, busy = superseded(specs), timed_busy(specs)
+    if not old and not busy:
         return
-    listed = "\n".join(f"  {s.run_dir}" for s in old[:10]) + (f"\n  ... and {len(old) - 10} more" if len(old) > 10 else "")
+    why = [f"{len(old)} finished runs were made by another command than the configs now ask for (their run_spec.json)"] if old else []
+    why += [f"{len(busy)} finished runs were timed on a busy machine ({oversubscribed(read_spec(busy[0].run_dir))}, "
+            f"run_spec.json machine_load), so their times are not measurements"] if busy else []
+    both = old + busy
+    listed = "\n".join(f"  {s.run_dir}" for s in both[:10]) + (f"\n  ... and {len(both) - 10} more" if len(both) > 10 else "")
     fix = (f"EXP_FLAGS=--set-aside-superseded (python -m experiments.run ... --set-aside-superseded) moves them to "
            f"{Path(runs_root) / SUPERSEDED_DIR}/<time>/ and trains them again; or delete them")
     if dry_run:
-        print(f"   {len(old)} finished runs were made by another command (run_spec.json) and would be refused:\n"
-              f"{listed}\n   {fix}", flush=True)
+        print(f"   refused: {'; '.join(why)}:\n{listed}\n   {fix}", flush=True)
     elif not move:
-        raise RunError(f"{len(old)} finished runs were made by another command than the configs now ask for "
-                       f"(their run_spec.json):\n{listed}\n{fix}")
+        raise RunError(f"{'; '.join(why)}:\n{listed}\n{fix}")
     else:
-        print(f"   set aside {len(old)} finished runs of another command: {set_aside(old, runs_root)}", flush=True)
+        print(f"   set aside {len(both)} finished runs ({'; '.join(why)}): {set_aside(both, runs_root)}", flush=True)
 
 
 def train_command(spec: RunSpec, launcher: str, python: str = sys.executable) -> list[str]:
@@ -288,6 +352,21 @@ def _launch_held(spec: RunSpec, launcher: str, record: Any, other_runner: str | 
     if stopped() is not None:
         raise Interrupted(stopped())
     record(status="running")
+    with LoadSampler() as load:
+        wall = _train(spec, launcher, record)
+    if not is_finished(spec.run_dir):
+        raise RunError(f"{spec.run_dir}: training returned but metrics.jsonl has no final 'val_final' line")
+    # in-process runs are never timed (the module docstring), so their load is not kept to judge them by
+    machine_load = {} if launcher == "inprocess" else {"machine_load": load.record()}
+    record(status="finished", run_wall_s=wall, **machine_load)
+    if (busy := oversubscribed(machine_load)) is not None:
+        _say(f"   {spec.run_dir}: timed on a busy machine ({busy}): its times are not measurements; "
+             f"train it again with nothing else running (EXP_FLAGS=--set-aside-superseded)")
+    return wall
+
+
+def _train(spec: RunSpec, launcher: str, record: Any) -> float:
+    """Train ``spec`` in this process or a child; its wall-clock seconds. Records failures."""
     start = time.perf_counter()
     if launcher == "inprocess":
         from fastrl.api import train
@@ -313,11 +392,7 @@ def _launch_held(spec: RunSpec, launcher: str, record: Any, other_runner: str | 
             record(status="failed", returncode=proc.returncode)
             raise RunError(f"{spec.run_dir}: `{shlex.join(train_command(spec, launcher))}` exited "
                            f"{proc.returncode}; last lines of {log}:\n{tail}")
-    wall = time.perf_counter() - start
-    if not is_finished(spec.run_dir):
-        raise RunError(f"{spec.run_dir}: training returned but metrics.jsonl has no final 'val_final' line")
-    record(status="finished", run_wall_s=wall)
-    return wall
+    return time.perf_counter() - start
 
 
 def _run_child(cmd: list[str], log: Path) -> int:

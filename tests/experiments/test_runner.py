@@ -290,6 +290,61 @@ def _finished_by(spec, identity) -> None:
     (spec.run_dir / SPEC_FILE).write_text(json.dumps({"identity": identity, "status": "finished"}))
 
 
+def _finished_quiet_or_busy(spec, load_mean) -> None:
+    write_run(spec.run_dir, step_times=[1.0])
+    record = {"identity": spec.identity(), "status": "finished", "launcher": "subprocess"}
+    if load_mean is not None:
+        record["machine_load"] = {"cpus": 2, "samples": 10, "load_1min_mean": load_mean, "load_1min_max": load_mean}
+    (spec.run_dir / SPEC_FILE).write_text(json.dumps(record))
+
+
+def test_a_run_timed_on_a_busy_machine_is_refused_not_reused(tmp_path, monkeypatch):
+    """On Dec 6 Table 4 retrained ten GeoQA-large runs beside the test suite; Tables 2 and 7 reused
+    them as their GRPO/FastRL references, 35-40 % slower in CPU time than quiet runs of the same
+    command. A run's recorded load now decides whether its times may be reused."""
+    from experiments import run as RUN
+    from experiments.grid import Context
+
+    specs = [s for s in build_runs("table1", "smoke", [1], tmp_path / "runs") if s.setting == "geometry3k-vl_3b"]
+    busy, quiet, unknown = specs[0], specs[1], specs[2]
+    _finished_quiet_or_busy(busy, 3.6)      # 2 CPUs, 3.6 runnable on average: oversubscribed
+    _finished_quiet_or_busy(quiet, 2.3)     # two runs at once on 2 CPUs, as a JOBS=2 sitting is
+    _finished_quiet_or_busy(unknown, None)  # trained before the load was recorded: not judged
+    assert R.timed_busy(specs) == [busy] and R.superseded(specs) == []
+    ctx = Context(scale="smoke", seeds=[1], runs_root=tmp_path / "runs", out_dir=tmp_path / "out",
+                  launcher="inprocess", settings=("geometry3k-vl_3b",))
+    with pytest.raises(R.RunError, match=f"(?s)1 finished runs were timed on a busy machine \\(load 3.6 on 2 CPUs"
+                                          f".*{busy.run_dir}.*--set-aside-superseded"):
+        RUN.run_target("table1", ctx, collect_only=True)
+    launched = []
+    monkeypatch.setattr(R, "launch", lambda s, launcher: launched.append(s) or 1.0)
+    R.settle_superseded(specs, tmp_path / "runs", move=True)
+    assert not busy.run_dir.exists() and quiet.run_dir.is_dir() and unknown.run_dir.is_dir()
+    R.execute(specs, "inprocess")
+    assert busy in launched and quiet not in launched and unknown not in launched
+
+
+def test_a_launched_run_records_the_load_it_was_timed_under(tmp_path, monkeypatch):
+    spec = _spec(tmp_path)
+    monkeypatch.setattr(R, "_train", lambda s, launcher, record: write_run(s.run_dir, step_times=[1.0]) and 1.0)
+    monkeypatch.setattr(R.os, "getloadavg", lambda: (5.0, 1.0, 1.0))
+    monkeypatch.setattr(R.os, "cpu_count", lambda: 2)
+    R.launch(spec, "subprocess")
+    load = json.loads((spec.run_dir / SPEC_FILE).read_text())["machine_load"]
+    assert load == {"cpus": 2, "samples": 1, "load_1min_mean": 5.0, "load_1min_max": 5.0}
+    assert R.timed_busy([spec]) == [spec]
+    other = _spec(tmp_path, "cppo")  # in-process runs are never timed: no load kept, never refused
+    R.launch(other, "inprocess")
+    assert "machine_load" not in json.loads((other.run_dir / SPEC_FILE).read_text()) and R.timed_busy([other]) == []
+
+
+def test_the_load_sampler_samples_while_a_run_trains_and_at_its_end():
+    with R.LoadSampler(every_s=0.01) as load:
+        time.sleep(0.1)
+    rec = load.record()
+    assert rec["samples"] >= 2 and rec["load_1min_max"] >= rec["load_1min_mean"] >= 0 and rec["cpus"] >= 1
+
+
 def test_a_finished_run_of_another_command_is_refused_not_reused(tmp_path, monkeypatch, capsys):
     """A finished run whose run_spec.json records another command (here: the warm-start recipe
     changed since) was counted as done: reused and collected beside today's runs in one table. On
