@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Callable, Sequence
 
 from experiments import collect as C
 from experiments.evals import evaluate_finished
-from experiments.spec import LR_KEY, RunSpec, SpecError, build_runs, load_table, spec_lr, spec_tau
+from experiments.spec import LR_KEY, RunSpec, SpecError, build_runs, load_table, spec_lr, spec_scaler, spec_tau
 
 if TYPE_CHECKING:
     from experiments.export import RunSummaries
@@ -97,7 +97,7 @@ def collect_grid(
     # the CSV has them all
     order += paired_order(measured, order, first=table.get("baseline"))
     order += sorted({r.metric for r in rows if r.source == "paper"} - set(order))
-    preamble = "\n\n".join(p for p in (lr_header(specs), tau_header(specs), preamble) if p)
+    preamble = "\n\n".join(p for p in (lr_header(specs), tau_header(specs), inert_header(measured, specs), preamble) if p)
     md = C.markdown(table["title"], rows, order, preamble=preamble)
     return C.write_outputs(target, rows, md, ctx.out_dir)
 
@@ -137,6 +137,27 @@ def tau_header(specs: Sequence[RunSpec]) -> str:
         return ""
     return (f"**MDAP tau** (`algorithm.mdap.tau`; configs/tables/slots.yaml `mdap_tau` at mini, the paper's 0.8 "
             f"elsewhere): {', '.join(f'{t:g}' for t in taus)}.")
+
+
+def inert_header(measured: Sequence[C.Row], specs: Sequence[RunSpec]) -> str:
+    """Where a mechanism a method runs with never acted, over all of a setting's seeds: a rollout
+    scaler that never moved n, or MDAP that kept every response (DESIGN §8: a table where a
+    mechanism is inert says so in its header). '' where every one acted."""
+    uses: dict[tuple[str, str, str], tuple[str, bool]] = {}
+    for s in specs:
+        title = (s.labels.get("dataset_title", s.dataset), s.labels.get("model_title", s.model), s.variant)
+        uses[title] = (spec_scaler(s), spec_tau(s) is not None)
+    inert: dict[str, list[str]] = {}
+    for r in measured:
+        scaler, mdap = uses.get((r.dataset, r.model, r.method), ("fixed", False))
+        if r.metric == "n_changes" and scaler != "fixed" and r.value == 0:
+            inert.setdefault(f"{r.method} ({scaler}: n never moved)", []).append(f"{r.dataset} · {r.model}")
+        elif r.metric == "kept_fraction" and mdap and r.value == 1:
+            inert.setdefault(f"{r.method} (MDAP kept every response)", []).append(f"{r.dataset} · {r.model}")
+    if not inert:
+        return ""
+    return ("**Mechanisms that did not act** (in any seed): "
+            + "; ".join(f"{what} on {', '.join(sorted(where))}" for what, where in sorted(inert.items())) + ".")
 
 
 def paired_order(rows: Sequence[C.Row], already: Sequence[str] = (), first: str | None = None) -> list[str]:

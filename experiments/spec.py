@@ -300,6 +300,20 @@ def tau_overrides(slots: dict[str, Any], scale: str, dataset: str, config: str,
     return [f"{TAU_KEY}={tau!r}"]
 
 
+@functools.lru_cache(maxsize=None)
+def configured_scaler(config: str, scale: str, overrides: tuple[str, ...] = ()) -> str:
+    """``algorithm.rollout_scaler`` as fastrl.config resolves ``config`` at ``scale`` with ``overrides``."""
+    from fastrl.config import load_config
+
+    return str(load_config(config, list(overrides), scale=scale).algorithm.rollout_scaler)
+
+
+def spec_scaler(spec: RunSpec) -> str:
+    """The rollout scaler a run adapts n with (``fixed``: none)."""
+    return configured_scaler(spec.config, spec.scale, tuple(o for o in spec.overrides
+                                                            if o.split("=", 1)[0] == "algorithm.rollout_scaler"))
+
+
 def spec_tau(spec: RunSpec) -> float | None:
     """The MDAP tau a run prunes at (its last ``algorithm.mdap.tau`` override, else its config's);
     None for a run that does not prune with MDAP."""

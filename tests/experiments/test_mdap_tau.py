@@ -61,3 +61,26 @@ def test_the_header_says_the_tau_used(tmp_path):
     assert "**MDAP tau**" in tau_header(S.build_runs("table1", "mini", [1], tmp_path))
     assert "0.6" in tau_header(S.build_runs("table1", "mini", [1], tmp_path))
     assert tau_header(S.build_runs("lr_sweep", "mini", [1], tmp_path)) == ""
+
+
+def test_a_header_names_the_mechanisms_that_never_acted(tmp_path):
+    """DESIGN §8: a table where a mechanism is inert says so in its header. On Dec 6 the retention
+    ARS never moved n on GeoQA · large and ARS never moved n at tau >= 0.8; nothing said so."""
+    from experiments import collect as C
+    from experiments.grid import inert_header
+
+    specs = [s for s in S.build_runs("table2", "mini", [1], tmp_path) if s.dataset == "geoqa8k"]
+    title = (specs[0].labels["dataset_title"], specs[0].labels["model_title"])
+
+    def row(method, metric, value):
+        return C.Row("table2", "measured", method, *title, metric, value)
+
+    acted = [row("fastrl", "n_changes", 2.2), row("fastrl", "kept_fraction", 0.71),
+             row("grpo", "n_changes", 0.0), row("grpo", "kept_fraction", 1.0),  # no scaler, no MDAP: nothing to act
+             row("fastrl_no_mdap", "kept_fraction", 1.0), row("fastrl_no_ars", "n_changes", 0.0)]
+    assert inert_header(acted, specs) == ""
+    header = inert_header([*acted, row("fastrl_retention_ars", "n_changes", 0.0),
+                           row("fastrl_greedy_mdap", "kept_fraction", 1.0)], specs)
+    assert header.startswith("**Mechanisms that did not act**")
+    assert f"fastrl_retention_ars (ars_retention: n never moved) on {title[0]} · {title[1]}" in header
+    assert "fastrl_greedy_mdap (MDAP kept every response)" in header and "fastrl (" not in header
