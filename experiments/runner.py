@@ -356,8 +356,10 @@ def _launch_held(spec: RunSpec, launcher: str, record: Any, other_runner: str | 
         wall = _train(spec, launcher, record)
     if not is_finished(spec.run_dir):
         raise RunError(f"{spec.run_dir}: training returned but metrics.jsonl has no final 'val_final' line")
-    # in-process runs are never timed (the module docstring), so their load is not kept to judge them by
-    machine_load = {} if launcher == "inprocess" else {"machine_load": load.record()}
+    # Only a subprocess run's times are CPU measurements judged by the load: in-process runs are never
+    # timed (the module docstring), and a deepspeed run at paper scale is timed on its GPUs, where a
+    # busy host (dataloader workers) must not send hours of training back to be retrained.
+    machine_load = {"machine_load": load.record()} if launcher == "subprocess" else {}
     record(status="finished", run_wall_s=wall, **machine_load)
     if (busy := oversubscribed(machine_load)) is not None:
         _say(f"   {spec.run_dir}: timed on a busy machine ({busy}): its times are not measurements; "

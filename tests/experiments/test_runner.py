@@ -333,9 +333,11 @@ def test_a_launched_run_records_the_load_it_was_timed_under(tmp_path, monkeypatc
     load = json.loads((spec.run_dir / SPEC_FILE).read_text())["machine_load"]
     assert load == {"cpus": 2, "samples": 1, "load_1min_mean": 5.0, "load_1min_max": 5.0}
     assert R.timed_busy([spec]) == [spec]
-    other = _spec(tmp_path, "cppo")  # in-process runs are never timed: no load kept, never refused
-    R.launch(other, "inprocess")
-    assert "machine_load" not in json.loads((other.run_dir / SPEC_FILE).read_text()) and R.timed_busy([other]) == []
+    # in-process runs are never timed, deepspeed runs are timed on their GPUs: no load kept, never refused
+    for variant, launcher in (("cppo", "inprocess"), ("fastrl", "deepspeed")):
+        other = _spec(tmp_path, variant)
+        R.launch(other, launcher)
+        assert "machine_load" not in json.loads((other.run_dir / SPEC_FILE).read_text()) and R.timed_busy([other]) == []
 
 
 def test_the_load_sampler_samples_while_a_run_trains_and_at_its_end():
