@@ -38,6 +38,9 @@ SLOTS: dict[str, dict[str, Any]] = {
                                               num_layers=3, intermediate_size=384), variants=("default", "total")),
     "llama_8b": dict(task="mini-math", spec=dict(kind="llama"), variants=("default", "long", "swap")),
     "qwen2": dict(task="mini-math", spec=dict(kind="qwen2"), variants=("default", "long")),
+    # Table 8's grounding slot: accuracy is the mean IoU of the boxed box (grounding_iou).
+    "qwen35_9b": dict(task="mini-box", spec=dict(kind="qwen2_5_vl"), variants=("default", "small", "green"),
+                      template="fastrl_grounding"),
 }
 
 
@@ -57,10 +60,10 @@ COPIES = (
 
 
 def measure(path: Path, task: str, variants: tuple[str, ...], *, num_val: int, k: int, max_new_tokens: int,
-            data_seed: int) -> dict[str, float]:
+            data_seed: int, template: str = "fastrl_math") -> dict[str, float]:
     """Accuracy of the warm start in ``path`` per variant: avg@k at T=0.6/top-p 0.95 and greedy."""
-    kit = load_policy_kit(PolicySpec(path=path, hf=HFEngineConfig(batch_size=128), reward=TEMPLATE_REWARD["fastrl_math"],
-                                     template="fastrl_math"), torch.device("cpu"))
+    kit = load_policy_kit(PolicySpec(path=path, hf=HFEngineConfig(batch_size=128), reward=TEMPLATE_REWARD[template],
+                                     template=template), torch.device("cpu"))
     out: dict[str, float] = {}
     for v in variants:
         records = generate_task(task, split="val", num=num_val, seed=data_seed, variant=v)
@@ -134,12 +137,14 @@ def main() -> None:
         t0, c0 = time.perf_counter(), time.process_time()
         path = warm_start(slot["task"], TinyModelSpec(**slot["spec"]), out_root=args.out / copy.name, seed=1234,
                           steps=args.steps, lr=args.lr, batch_size=32, answer_noise=args.answer_noise,
+                          template=slot.get("template", "fastrl_math"),
                           num_threads=copy.threads, eval_settings=EvalSettings(num_prompts=0), selection=selection,
                           perturbation=copy.perturbation, mix=VariantMix(args.mix_variant, args.mix_fraction))
         build = {"wall_s": time.perf_counter() - t0, "cpu_s": time.process_time() - c0}
         manifest = json.loads((path / "sft_manifest.json").read_text())
         acc = measure(path, slot["task"], slot["variants"], num_val=args.num_val, k=args.k,
-                      max_new_tokens=args.max_new_tokens, data_seed=1234)
+                      max_new_tokens=args.max_new_tokens, data_seed=1234,
+                      template=slot.get("template", "fastrl_math"))
         row = {"copy": copy.name, **acc, **build, "selection": manifest.get("selection", {})}
         rows.append(row)
         print(json.dumps({k: v for k, v in row.items() if k != "selection"}), "kept", row["selection"].get("kept_step"),
