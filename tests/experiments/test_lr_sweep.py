@@ -16,7 +16,10 @@ from experiments.run import target_module
 from tests.experiments.synthetic import write_run
 
 RATES = ("1.25e-5", "2.5e-5", "5e-5", "1e-4", "2e-4", "4e-4")
-TABLE1_SETTINGS = {(s["dataset"], s["model"]) for s in S.load_table("table1")["settings"]}
+# the tables that run at a tuned rate: Table 1's settings (and the tables sharing them) and Table 3's
+SWEPT_TABLES = ("table1", "table3")
+SWEEP_SETTINGS = {(s["dataset"], s["model"]) for t in SWEPT_TABLES for s in S.load_table(t)["settings"]}
+N_POINTS = len(SWEEP_SETTINGS) * len(RATES)
 
 
 def _with_tuned(monkeypatch, rates: dict[str, float]) -> None:
@@ -25,10 +28,10 @@ def _with_tuned(monkeypatch, rates: dict[str, float]) -> None:
     monkeypatch.setattr(S, "load_slots", lambda path=S.SLOTS_FILE: slots)
 
 
-def test_the_sweep_plans_every_rate_times_3_seeds_in_every_table1_setting(tmp_path):
+def test_the_sweep_plans_every_rate_times_3_seeds_in_every_tuned_tables_setting(tmp_path):
     specs = S.build_runs("lr_sweep", "mini", S.default_seeds("mini"), tmp_path)
-    assert {(s.dataset, s.model) for s in specs} == TABLE1_SETTINGS
-    assert len(specs) == len(TABLE1_SETTINGS) * len(RATES) * 3 >= 36
+    assert {(s.dataset, s.model) for s in specs} == SWEEP_SETTINGS
+    assert len(specs) == N_POINTS * 3 >= 90
     assert {s.seed for s in specs} == set(S.default_seeds("mini")[:3])
     assert {s.config for s in specs} == {"methods/grpo.yaml"}
     assert sorted({S.spec_lr(s) for s in specs}) == sorted(float(r) for r in RATES)
@@ -41,7 +44,7 @@ def test_the_dry_run_lists_the_runs_with_an_estimate(tmp_path, capsys):
     assert R.main(["lr-sweep", "--scale", "mini", "--dry-run", "--runs-root", str(tmp_path)]) == 0
     out = capsys.readouterr().out
     n = int(re.search(r"^== lr_sweep at scale mini: (\d+) runs", out, re.M).group(1))  # type: ignore[union-attr]
-    assert n == len(TABLE1_SETTINGS) * len(RATES) * 3 and "estimate:" in out
+    assert n == N_POINTS * 3 and "estimate:" in out
 
 
 def test_a_tuned_rate_is_applied_to_every_method_of_its_setting_only(tmp_path, monkeypatch):
@@ -82,7 +85,7 @@ def test_the_header_says_the_rate_used(tmp_path, monkeypatch):
 
 
 def test_committed_tables_carry_the_rate_in_their_header():
-    for name in ("table1", "table2", "table7"):
+    for name in ("table1", "table2", "table3", "table7"):
         md = (C.GENERATED_ROOT / "mini" / f"{name}.md").read_text().splitlines()
         assert md[2].startswith("**Learning rate** (`trainer.optim.lr`"), name
 
@@ -97,9 +100,9 @@ def test_the_sweep_table_pairs_each_rate_with_1e4_and_names_the_best(tmp_path):
     csv_path, md_path = target_module("lr-sweep").collect(ctx)
     rows = C.read_rows(csv_path)
     best = [r for r in rows if r["metric"] == "best_in_domain_acc"]
-    assert len(best) == len(TABLE1_SETTINGS) and {r["method"] for r in best} == {"lr5e-5"}
+    assert len(best) == len(SWEEP_SETTINGS) and {r["method"] for r in best} == {"lr5e-5"}
     d = [r for r in rows if r["metric"] == "d_in_domain_acc_vs_lr1e-4" and r["method"] == "lr5e-5"]
-    assert len(d) == len(TABLE1_SETTINGS)
+    assert len(d) == len(SWEEP_SETTINGS)
     assert all(math.isclose(float(r["value"]), 100 * ((0.50 - 0.40) + (0.56 - 0.42)) / 2) for r in d)
     assert all(r["ci95_low"] not in ("", "n/a") for r in d)
     md = md_path.read_text()
@@ -121,7 +124,7 @@ def test_the_tables_run_at_the_committed_sweeps_best_rate_per_setting(tmp_path):
     rows = C.read_rows(C.GENERATED_ROOT / "mini" / "lr_sweep.csv")
     best = {(r["dataset"], r["model"]): float(r["method"].removeprefix("lr"))
             for r in rows if r["metric"] == "best_in_domain_acc" and r["source"] == "measured"}
-    assert len(best) == len(TABLE1_SETTINGS)
+    assert len(best) == len(SWEEP_SETTINGS)
     used = {(s.labels["dataset_title"], s.labels["model_title"]): S.spec_lr(s)
-            for s in S.build_runs("table1", "mini", [1], tmp_path) if s.variant == "grpo"}
+            for t in SWEPT_TABLES for s in S.build_runs(t, "mini", [1], tmp_path) if s.variant == "grpo"}
     assert used == best
