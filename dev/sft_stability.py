@@ -129,6 +129,7 @@ def main() -> None:
         p.error("--slot and --out are needed to build (or --report FILES)")
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
     slot = SLOTS[args.slot]
+    template = slot.get("template", "fastrl_math")
     selection = SelectionSettings(every=args.select_every, num_prompts=args.select_prompts, patience=args.patience,
                                   min_steps=args.min_steps, target=args.target,
                                   anneal_steps=args.anneal_steps)
@@ -137,14 +138,13 @@ def main() -> None:
         t0, c0 = time.perf_counter(), time.process_time()
         path = warm_start(slot["task"], TinyModelSpec(**slot["spec"]), out_root=args.out / copy.name, seed=1234,
                           steps=args.steps, lr=args.lr, batch_size=32, answer_noise=args.answer_noise,
-                          template=slot.get("template", "fastrl_math"),
+                          template=template,
                           num_threads=copy.threads, eval_settings=EvalSettings(num_prompts=0), selection=selection,
                           perturbation=copy.perturbation, mix=VariantMix(args.mix_variant, args.mix_fraction))
         build = {"wall_s": time.perf_counter() - t0, "cpu_s": time.process_time() - c0}
         manifest = json.loads((path / "sft_manifest.json").read_text())
         acc = measure(path, slot["task"], slot["variants"], num_val=args.num_val, k=args.k,
-                      max_new_tokens=args.max_new_tokens, data_seed=1234,
-                      template=slot.get("template", "fastrl_math"))
+                      max_new_tokens=args.max_new_tokens, data_seed=1234, template=template)
         row = {"copy": copy.name, **acc, **build, "selection": manifest.get("selection", {})}
         rows.append(row)
         print(json.dumps({k: v for k, v in row.items() if k != "selection"}), "kept", row["selection"].get("kept_step"),
