@@ -107,6 +107,7 @@ def main() -> None:
     p.add_argument("--steps", type=int, default=2000)
     p.add_argument("--lr", type=float, default=3e-3)
     p.add_argument("--answer-noise", type=float, default=0.3)
+    p.add_argument("--num-train", type=int, default=2000, help="model.tiny.sft_num_train")
     p.add_argument("--mix-variant", default="", help="train a share of the SFT on this variant (VariantMix)")
     p.add_argument("--mix-fraction", type=float, default=0.0)
     p.add_argument("--select-every", type=int, default=0, help="0: keep the last step")
@@ -137,7 +138,8 @@ def main() -> None:
     for copy in (c for c in COPIES if c.name in args.copies):
         t0, c0 = time.perf_counter(), time.process_time()
         path = warm_start(slot["task"], TinyModelSpec(**slot["spec"]), out_root=args.out / copy.name, seed=1234,
-                          steps=args.steps, lr=args.lr, batch_size=32, answer_noise=args.answer_noise,
+                          steps=args.steps, lr=args.lr, batch_size=32, num_train=args.num_train,
+                          answer_noise=args.answer_noise,
                           template=template,
                           num_threads=copy.threads, eval_settings=EvalSettings(num_prompts=0), selection=selection,
                           perturbation=copy.perturbation, mix=VariantMix(args.mix_variant, args.mix_fraction))

@@ -70,7 +70,11 @@ class TinyModelConfig:
     sft_steps: int = 600
     sft_lr: float = 3e-3
     sft_batch_size: int = 32
-    # Fraction of SFT examples whose boxed answer is wrong (reasoning intact): see fastrl/mini/sft.py.
+    # Generated training-split problems the SFT draws from. 2,000 leaves 12 % of mini-box's validation
+    # targets (colour and box) unseen, 4,000 2 % (docs/results.md, "Warm starts of Tables 3 and 8").
+    sft_num_train: int = 2000
+    # Fraction of SFT examples whose boxed answer is wrong (reasoning intact; an integer off by 1-3, a
+    # box with one edge one lattice step off): see fastrl.mini.sft.noisy_route.
     sft_answer_noise: float = 0.0
     # Held-out selection (fastrl.mini.sft.SelectionSettings): every sft_select_every steps, greedy
     # accuracy on sft_select_prompts unseen training-split problems; the best step is kept, and
@@ -103,6 +107,8 @@ class TinyModelConfig:
         if self.sft_anneal_steps > 0 and self.sft_target_accuracy <= 0:
             raise ValueError("sft_anneal_steps anneals after the held-out target: set model.tiny.sft_target_accuracy > 0 "
                              "(or sft_anneal_steps=0)")
+        if self.sft_num_train < 1:
+            raise ValueError(f"sft_num_train = {self.sft_num_train} must be at least 1")
         if not 0.0 <= self.sft_mix_fraction < 1.0:
             raise ValueError(f"sft_mix_fraction = {self.sft_mix_fraction} must lie in [0, 1)")
         if bool(self.sft_mix_variant) != (self.sft_mix_fraction > 0):

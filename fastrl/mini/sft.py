@@ -42,7 +42,7 @@ from fastrl.data.schema import Record
 from fastrl.data.templates import TEMPLATE_REWARD, build_prompt_text
 from fastrl.logs import duration, progress_bar
 from fastrl.mini.builders import TinyModelSpec, build_tiny_model_dir
-from fastrl.mini.tasks import generate_task
+from fastrl.mini.tasks import BOX_IMAGE_SIZE, BOX_STEP, generate_task
 from fastrl.mini.tokenizer import mini_vocabulary
 from fastrl.models.device import module_device
 from fastrl.models.forward import collate, response_logprobs
@@ -233,17 +233,37 @@ def _route_ids(tokenizer: Any, records: Sequence[Record]) -> list[list[list[int]
 
 
 _BOXED_TAIL = re.compile(r"\\boxed\{ (\d+) \}$")
+_BOXED_BOX_TAIL = re.compile(r"\\boxed\{ \[ (\d+) , (\d+) , (\d+) , (\d+) \] \}$")
 
 
 def noisy_route(text: str, rng: random.Random) -> str:
-    """The same worked solution with its boxed answer off by 1-3 (an arithmetic slip at the end:
-    the reasoning still ends on the right number, the box does not)."""
+    """The same worked solution with its boxed answer wrong: an integer off by 1-3, a box with one
+    edge one lattice step (BOX_STEP pixels) off. It is a slip at the end: the reasoning still ends
+    on the right numbers, the box does not."""
     m = _BOXED_TAIL.search(text)
-    if m is None:
-        raise ValueError(f"SFT answer noise: solution does not end with a boxed integer: {text[-60:]!r}")
-    answer = int(m.group(1))
-    wrong = answer + rng.choice([d for d in (-3, -2, -1, 1, 2, 3) if 0 <= answer + d <= 99])
-    return text[: m.start(1)] + str(wrong) + text[m.end(1):]
+    if m is not None:
+        answer = int(m.group(1))
+        wrong = answer + rng.choice([d for d in (-3, -2, -1, 1, 2, 3) if 0 <= answer + d <= 99])
+        return text[: m.start(1)] + str(wrong) + text[m.end(1):]
+    b = _BOXED_BOX_TAIL.search(text)
+    if b is None:
+        raise ValueError("SFT answer noise: solution does not end with a boxed integer or box "
+                         f"'[ x1 , y1 , x2 , y2 ]': {text[-60:]!r}")
+    box = [int(g) for g in b.groups()]
+    edge, delta = rng.choice([(i, d) for i in range(4) for d in (-BOX_STEP, BOX_STEP) if _edge_moves(box, i, d)])
+    box[edge] += delta
+    return text[: b.start()] + _boxed_box(box) + text[b.end():]
+
+
+def _edge_moves(box: list[int], edge: int, delta: int) -> bool:
+    """Whether moving ``box[edge]`` by ``delta`` keeps the box non-empty and inside the picture."""
+    moved = box[edge] + delta
+    lo, hi = (0, box[edge + 2]) if edge < 2 else (box[edge - 2], BOX_IMAGE_SIZE)
+    return lo <= moved < hi if edge < 2 else lo < moved <= hi
+
+
+def _boxed_box(box: Sequence[int]) -> str:
+    return "\\boxed{ [ " + " , ".join(map(str, box)) + " ] }"
 
 
 def _noisy_route_ids(tokenizer: Any, records: Sequence[Record], seed: int) -> list[list[list[int]]]:
@@ -550,7 +570,7 @@ def warm_start(
     """SFT a tiny ``spec`` model on ``task``'s worked solutions; return its directory (cached).
 
     ``answer_noise`` (0 by default) trains on a wrong boxed answer in that fraction of examples
-    (the reasoning left intact), so the warm-started policy has a systematic, rewardable flaw —
+    (the reasoning left intact; ``noisy_route``: an integer off by 1-3, a box with one edge moved), so the warm-started policy has a systematic, rewardable flaw —
     a box that does not follow from its own reasoning — which RL can remove for every prompt at
     once, as RL on real LLMs removes SFT's slips. Without it, the tiny policy's errors are
     per-problem arithmetic gaps, and GRPO on thousands of prompts was measured not to move them.

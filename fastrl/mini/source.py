@@ -28,7 +28,8 @@ def tiny_policy_dir(tiny: TinyModelConfig, cfg: FastRLConfig, device: torch.devi
                          f"{cfg.data.task}; valid: {', '.join(VARIANTS[cfg.data.task])}")
     return warm_start(
         cfg.data.task, TinyModelSpec.from_model_config(cfg.model), out_root=default_cache_root(), seed=cfg.data.seed,
-        steps=tiny.sft_steps, lr=tiny.sft_lr, batch_size=tiny.sft_batch_size, template=cfg.data.template,
+        steps=tiny.sft_steps, lr=tiny.sft_lr, batch_size=tiny.sft_batch_size, num_train=tiny.sft_num_train,
+        template=cfg.data.template,
         answer_noise=tiny.sft_answer_noise, device=device, compute_dtype=cfg.model.dtype,
         selection=SelectionSettings(every=tiny.sft_select_every, num_prompts=tiny.sft_select_prompts,
                                     patience=tiny.sft_patience, min_steps=tiny.sft_min_steps,

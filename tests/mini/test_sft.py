@@ -357,3 +357,16 @@ def test_an_anneal_is_keyed_only_when_set_and_needs_a_target() -> None:
     cfg = load_config(None, ["model.tiny.sft_select_every=10", "model.tiny.sft_target_accuracy=0.9",
                              "model.tiny.sft_anneal_steps=100"], scale="smoke")
     assert cfg.model.tiny.sft_anneal_steps == 100
+
+
+def test_the_sft_training_set_size_is_a_config_key_that_reaches_the_warm_start(monkeypatch: pytest.MonkeyPatch) -> None:
+    from fastrl.config import ConfigError, load_config
+    from fastrl.mini import source
+
+    with pytest.raises(ConfigError, match="model.tiny.sft_num_train = 0 must be at least 1"):
+        load_config(None, ["model.tiny.sft_num_train=0"], scale="smoke")
+    cfg = load_config(None, ["model.tiny.sft_num_train=8000"], scale="smoke")
+    seen: dict[str, object] = {}
+    monkeypatch.setattr(source, "warm_start", lambda *a, **k: seen.update(k) or Path("x"))
+    source.tiny_policy_dir(cfg.model.tiny, cfg, device=torch.device("cpu"))
+    assert seen["num_train"] == 8000
