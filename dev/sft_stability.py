@@ -139,8 +139,7 @@ def main() -> None:
         t0, c0 = time.perf_counter(), time.process_time()
         path = warm_start(slot["task"], TinyModelSpec(**slot["spec"]), out_root=args.out / copy.name, seed=1234,
                           steps=args.steps, lr=args.lr, batch_size=32, num_train=args.num_train,
-                          answer_noise=args.answer_noise,
-                          template=template,
+                          answer_noise=args.answer_noise, template=template,
                           num_threads=copy.threads, eval_settings=EvalSettings(num_prompts=0), selection=selection,
                           perturbation=copy.perturbation, mix=VariantMix(args.mix_variant, args.mix_fraction))
         build = {"wall_s": time.perf_counter() - t0, "cpu_s": time.process_time() - c0}

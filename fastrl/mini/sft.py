@@ -42,7 +42,7 @@ from fastrl.data.schema import Record
 from fastrl.data.templates import TEMPLATE_REWARD, build_prompt_text
 from fastrl.logs import duration, progress_bar
 from fastrl.mini.builders import TinyModelSpec, build_tiny_model_dir
-from fastrl.mini.tasks import BOX_IMAGE_SIZE, BOX_STEP, generate_task
+from fastrl.mini.tasks import BOX_IMAGE_SIZE, BOX_STEP, Box, format_box, generate_task
 from fastrl.mini.tokenizer import mini_vocabulary
 from fastrl.models.device import module_device
 from fastrl.models.forward import collate, response_logprobs
@@ -233,7 +233,7 @@ def _route_ids(tokenizer: Any, records: Sequence[Record]) -> list[list[list[int]
 
 
 _BOXED_TAIL = re.compile(r"\\boxed\{ (\d+) \}$")
-_BOXED_BOX_TAIL = re.compile(r"\\boxed\{ \[ (\d+) , (\d+) , (\d+) , (\d+) \] \}$")
+_BOXED_BOX_TAIL = re.compile(r"\\boxed\{ (\[ (\d+) , (\d+) , (\d+) , (\d+) \]) \}$")
 
 
 def noisy_route(text: str, rng: random.Random) -> str:
@@ -249,21 +249,20 @@ def noisy_route(text: str, rng: random.Random) -> str:
     if b is None:
         raise ValueError("SFT answer noise: solution does not end with a boxed integer or box "
                          f"'[ x1 , y1 , x2 , y2 ]': {text[-60:]!r}")
-    box = [int(g) for g in b.groups()]
-    edge, delta = rng.choice([(i, d) for i in range(4) for d in (-BOX_STEP, BOX_STEP) if _edge_moves(box, i, d)])
-    box[edge] += delta
-    return text[: b.start()] + _boxed_box(box) + text[b.end():]
+    box = tuple(int(g) for g in b.groups()[1:])
+    moves = [_moved(box, i, d) for i in range(4) for d in (-BOX_STEP, BOX_STEP)]
+    wrong = rng.choice([m for m in moves if _inside(m)])
+    return text[: b.start(1)] + format_box(wrong) + text[b.end(1):]
 
 
-def _edge_moves(box: list[int], edge: int, delta: int) -> bool:
-    """Whether moving ``box[edge]`` by ``delta`` keeps the box non-empty and inside the picture."""
-    moved = box[edge] + delta
-    lo, hi = (0, box[edge + 2]) if edge < 2 else (box[edge - 2], BOX_IMAGE_SIZE)
-    return lo <= moved < hi if edge < 2 else lo < moved <= hi
+def _moved(box: Box, edge: int, delta: int) -> Box:
+    return box[:edge] + (box[edge] + delta,) + box[edge + 1:]  # type: ignore[return-value]
 
 
-def _boxed_box(box: Sequence[int]) -> str:
-    return "\\boxed{ [ " + " , ".join(map(str, box)) + " ] }"
+def _inside(box: Box) -> bool:
+    """Whether ``box`` is non-empty and inside the picture."""
+    x1, y1, x2, y2 = box
+    return 0 <= x1 < x2 <= BOX_IMAGE_SIZE and 0 <= y1 < y2 <= BOX_IMAGE_SIZE
 
 
 def _noisy_route_ids(tokenizer: Any, records: Sequence[Record], seed: int) -> list[list[list[int]]]:
@@ -570,9 +569,9 @@ def warm_start(
     """SFT a tiny ``spec`` model on ``task``'s worked solutions; return its directory (cached).
 
     ``answer_noise`` (0 by default) trains on a wrong boxed answer in that fraction of examples
-    (the reasoning left intact; ``noisy_route``: an integer off by 1-3, a box with one edge moved), so the warm-started policy has a systematic, rewardable flaw —
-    a box that does not follow from its own reasoning — which RL can remove for every prompt at
-    once, as RL on real LLMs removes SFT's slips. Without it, the tiny policy's errors are
+    (the reasoning left intact; ``noisy_route``: an integer off by 1-3, a box with one edge moved),
+    so the warm-started policy has a systematic, rewardable flaw — a box that does not follow from
+    its own reasoning — which RL can remove for every prompt at once, as RL on real LLMs removes SFT's slips. Without it, the tiny policy's errors are
     per-problem arithmetic gaps, and GRPO on thousands of prompts was measured not to move them.
 
     The directory (``out_root / f"{task}-{kind}-{hash}"``) loads with
