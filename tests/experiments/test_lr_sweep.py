@@ -16,8 +16,8 @@ from experiments.run import target_module
 from tests.experiments.synthetic import write_run
 
 RATES = ("1.25e-5", "2.5e-5", "5e-5", "1e-4", "2e-4", "4e-4")
-# the tables that run at a tuned rate: Table 1's settings (and the tables sharing them) and Table 3's
-SWEPT_TABLES = ("table1", "table3")
+# the tables that run at a tuned rate: Table 1's settings (and the tables sharing them), Table 3's and Table 8's
+SWEPT_TABLES = ("table1", "table3", "table8")
 SWEEP_SETTINGS = {(s["dataset"], s["model"]) for t in SWEPT_TABLES for s in S.load_table(t)["settings"]}
 N_POINTS = len(SWEEP_SETTINGS) * len(RATES)
 
